@@ -1,0 +1,84 @@
+"""Device choice, seeding and plot style shared by every chapter.
+
+A notebook starts with::
+
+    import rope_tutor as rt
+    device = rt.notebook_setup()   # fixed seed and thread count, book plot style, CUDA when present
+
+so that it prints the same numbers on every CPU and runs unchanged on a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import torch
+
+#: Thread count pinned by :func:`seed_everything`. Floating-point reductions depend on it, so the
+#: book fixes it rather than taking the machine's core count (the same results everywhere).
+DEFAULT_THREADS = 2
+
+
+def get_device() -> torch.device:
+    """Return ``cuda`` when a CUDA GPU is available, else ``cpu``.
+
+    Honours ``ROPE_TUTOR_DEVICE`` (for example ``cpu``) to force a device.
+    """
+    forced = os.environ.get("ROPE_TUTOR_DEVICE")
+    if forced:
+        return torch.device(forced)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def seed_everything(seed: int = 0, *, threads: int | None = DEFAULT_THREADS) -> None:
+    """Seed Python, NumPy and PyTorch, pin the thread count and ask for deterministic kernels.
+
+    ``threads=None`` leaves PyTorch's thread count alone. Raises ``ValueError`` for a negative seed
+    or a thread count below 1.
+    """
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads!r}")
+        torch.set_num_threads(threads)
+    random.seed(seed)
+    np.random.seed(seed)  # noqa: NPY002  (seeds the legacy global generator readers may use)
+    torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def use_book_style() -> None:
+    """Matplotlib settings used by every figure of the book.
+
+    White backgrounds (legible on the website's light and dark themes), a modest resolution (small
+    notebooks), grids and readable font sizes.
+    """
+    import matplotlib as mpl
+
+    mpl.rcParams.update(
+        {
+            "figure.figsize": (6.4, 3.6),
+            "figure.dpi": 90,
+            "figure.facecolor": "white",
+            "axes.facecolor": "white",
+            "savefig.facecolor": "white",
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+            "axes.titlesize": 11,
+            "axes.labelsize": 10,
+            "legend.fontsize": 9,
+            "legend.frameon": False,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+        }
+    )
+
+
+def notebook_setup(seed: int = 0, *, threads: int | None = DEFAULT_THREADS) -> torch.device:
+    """Seed everything, pin threads, apply the book's plot style and return the device to use."""
+    seed_everything(seed, threads=threads)
+    use_book_style()
+    return get_device()

@@ -1,0 +1,56 @@
+"""Shared pytest set-up: the book's table of contents, and which notebooks nbval collected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+COLLECTED_NOTEBOOKS = pytest.StashKey[set[str]]()
+FULL_RUN = pytest.StashKey[bool]()
+
+
+def toc_files() -> list[str]:
+    """Every file named in _toc.yml (root included), as paths relative to the repository root,
+    with the suffix of the file that exists (.ipynb or .md)."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    names = [toc["root"]]
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            if "file" in node:
+                names.append(node["file"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(toc.get("parts", toc.get("chapters", [])))
+    resolved = []
+    for name in names:
+        matches = [ROOT / f"{name}{suffix}" for suffix in (".ipynb", ".md")]
+        existing = [m for m in matches if m.exists()]
+        resolved.append(str((existing[0] if existing else matches[0]).relative_to(ROOT)))
+    return resolved
+
+
+def toc_notebooks() -> list[str]:
+    return [name for name in toc_files() if name.endswith(".ipynb")]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # `make test` runs plain `pytest`: the default testpaths, so every notebook must be collected.
+    config.stash[FULL_RUN] = not config.args or sorted(config.args) == sorted(
+        str(ROOT / p) for p in config.getini("testpaths")
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    config.stash[COLLECTED_NOTEBOOKS] = {
+        str(Path(item.path).resolve().relative_to(ROOT))
+        for item in items
+        if Path(item.path).suffix == ".ipynb"
+    }

@@ -1,0 +1,51 @@
+"""The book's table of contents and the notebooks nbval runs are the same set."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import COLLECTED_NOTEBOOKS, FULL_RUN, ROOT, toc_files, toc_notebooks
+
+
+def test_every_toc_entry_exists() -> None:
+    missing = [name for name in toc_files() if not (ROOT / name).exists()]
+    assert not missing, f"_toc.yml names files that do not exist: {missing}"
+
+
+def test_nbval_runs_exactly_the_notebooks_of_the_toc(request: pytest.FixtureRequest) -> None:
+    if not request.config.stash.get(FULL_RUN, False):
+        pytest.skip("only a full `pytest` run (as `make test` does) collects every notebook")
+    if not request.config.getoption("--nbval", default=False):
+        pytest.fail("make test must run with --nbval (see pyproject.toml addopts)")
+    collected = request.config.stash.get(COLLECTED_NOTEBOOKS, set())
+    in_toc = set(toc_notebooks())
+    assert collected == in_toc, (
+        f"notebooks in _toc.yml but not run by nbval: {sorted(in_toc - collected)}; "
+        f"run by nbval but not in _toc.yml: {sorted(collected - in_toc)}"
+    )
+    assert len(in_toc) >= 1
+
+
+@pytest.mark.parametrize("notebook", toc_notebooks())
+def test_notebook_is_committed_with_outputs_and_no_errors(notebook: str) -> None:
+    """Readers see the committed outputs on the code host and in Colab: they must be there."""
+    cells = json.loads((ROOT / notebook).read_text(encoding="utf-8"))["cells"]
+    code = [c for c in cells if c["cell_type"] == "code" and "".join(c["source"]).strip()]
+    assert code, f"{notebook} has no code cells"
+    not_run = [
+        i
+        for i, c in enumerate(code)
+        if c.get("execution_count") is None
+        and "skip-execution" not in c.get("metadata", {}).get("tags", [])
+    ]
+    assert not not_run, f"{notebook}: code cells {not_run} were never executed (no stored output)"
+    # (cells tagged raises-exception demonstrate an error on purpose)
+    errors = [
+        o.get("ename")
+        for c in code
+        if "raises-exception" not in c.get("metadata", {}).get("tags", [])
+        for o in c.get("outputs", [])
+        if o["output_type"] == "error"
+    ]
+    assert not errors, f"{notebook} has stored error outputs: {errors}"
