@@ -57,7 +57,8 @@ def attention(
     Returns the output ``(..., heads, query_len, head_dim)``, and with ``return_weights=True`` also
     the attention weights ``(..., heads, query_len, key_len)`` (computed explicitly rather than by
     ``torch.nn.functional.scaled_dot_product_attention``, which is used otherwise).
-    Raises ``ValueError`` for mismatched shapes.
+    Raises ``ValueError`` for mismatched shapes and ``TypeError`` for a non-floating ``bias`` (a
+    boolean mask is not an additive bias: pass ``causal=True`` or a bias with ``-inf`` entries).
     """
     if q.dim() < 2 or k.dim() != q.dim() or v.dim() != q.dim():
         raise ValueError(
@@ -73,6 +74,10 @@ def attention(
 
     mask = None
     if bias is not None:
+        if not bias.dtype.is_floating_point:
+            raise TypeError(
+                f"bias must be a floating-point (additive) tensor, got dtype {bias.dtype}"
+            )
         mask = bias.to(q.dtype)
     if causal:
         allowed = causal_mask(query_len, key_len, device=q.device)
@@ -103,7 +108,7 @@ class SelfAttention(nn.Module):
         self, dim: int, num_heads: int, *, causal: bool = False, rotary: Rotary | None = None
     ) -> None:
         super().__init__()
-        if num_heads < 1 or dim % num_heads:
+        if dim < 1 or num_heads < 1 or dim % num_heads:
             raise ValueError(f"dim={dim} must be a positive multiple of num_heads={num_heads}")
         self.dim, self.num_heads, self.causal = dim, num_heads, causal
         self.head_dim = dim // num_heads

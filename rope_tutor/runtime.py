@@ -16,9 +16,11 @@ import random
 import numpy as np
 import torch
 
-#: Thread count pinned by :func:`seed_everything`. Floating-point reductions depend on it, so the
-#: book fixes it rather than taking the machine's core count (the same results everywhere).
-DEFAULT_THREADS = 2
+#: Thread count pinned by ``seed_everything``. Floating-point reductions depend on it, so the book
+#: fixes it rather than taking the machine's core count (the same results everywhere). One thread:
+#: the chapters' tensors are small, and on a busy machine two threads that wait for each other make
+#: small operations many times slower. Long runs (the lab, the benchmark) choose their own count.
+DEFAULT_THREADS = 1
 
 
 def get_device() -> torch.device:
@@ -38,10 +40,10 @@ def seed_everything(seed: int = 0, *, threads: int | None = DEFAULT_THREADS) -> 
     ``threads=None`` leaves PyTorch's thread count alone. Raises ``ValueError`` for a negative seed
     or a thread count below 1.
     """
-    if not isinstance(seed, int) or seed < 0:
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     if threads is not None:
-        if threads < 1:
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads!r}")
         torch.set_num_threads(threads)
     random.seed(seed)

@@ -1,0 +1,193 @@
+"""The exercise framework: check() judges candidates fairly and never crashes on learner code."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rope_tutor import exercises
+from rope_tutor.exercises import Case, Exercise, Mistake, check, compare_outputs, list_exercises
+
+
+def _doubled(x: torch.Tensor) -> torch.Tensor:
+    return 2 * x
+
+
+def _tripled(x: torch.Tensor) -> torch.Tensor:
+    return 3 * x
+
+
+TOY = Exercise(
+    name="toy_double",
+    summary="double a tensor",
+    signature="(x) -> Tensor",
+    reference=_doubled,
+    cases=(
+        Case("x = [1, 2, 3]", lambda: ((torch.tensor([1.0, 2.0, 3.0]),), {})),
+        Case("x = ones(2, 2)", lambda: ((torch.ones(2, 2),), {})),
+    ),
+    hint="multiply by two",
+    mistakes=(Mistake("you tripled instead of doubling", _tripled),),
+)
+
+
+@pytest.fixture
+def toy(monkeypatch: pytest.MonkeyPatch) -> Exercise:
+    """TOY in the registry for one test only (the registry is process-wide)."""
+    monkeypatch.setitem(exercises._REGISTRY, TOY.name, TOY)
+    return TOY
+
+
+def test_accepts_a_right_answer(toy: Exercise, capsys: pytest.CaptureFixture[str]) -> None:
+    assert check("toy_double", lambda x: x + x) is True
+    assert "✓ toy_double: correct on all 2 test inputs" in capsys.readouterr().out
+
+
+def test_rejects_a_wrong_answer_and_says_where(
+    toy: Exercise, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert check("toy_double", lambda x: x + 1) is False
+    out = capsys.readouterr().out
+    assert "✗ toy_double: wrong on input 1 of 2: x = [1, 2, 3]" in out
+    assert "Hint: multiply by two" in out
+
+
+def test_names_a_known_mistake(toy: Exercise, capsys: pytest.CaptureFixture[str]) -> None:
+    assert check("toy_double", lambda x: x * 3) is False
+    assert "Hint: you tripled instead of doubling" in capsys.readouterr().out
+
+
+def test_wrong_only_on_a_later_case(toy: Exercise, capsys: pytest.CaptureFixture[str]) -> None:
+    def right_for_vectors_only(x: torch.Tensor) -> torch.Tensor:
+        return 2 * x if x.dim() == 1 else x
+
+    assert check("toy_double", right_for_vectors_only) is False
+    assert "wrong on input 2 of 2: x = ones(2, 2)" in capsys.readouterr().out
+
+
+def test_wrong_shape_is_reported(toy: Exercise, capsys: pytest.CaptureFixture[str]) -> None:
+    assert check("toy_double", lambda x: (2 * x).flatten()[:2]) is False
+    assert "expected shape (3,), got shape (2,)" in capsys.readouterr().out
+
+
+def test_a_learners_exception_is_reported_not_raised(
+    toy: Exercise, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken(x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("shape mismatch in my code")
+
+    assert check("toy_double", broken) is False
+    out = capsys.readouterr().out
+    assert "your function raised RuntimeError: shape mismatch in my code" in out
+    assert "on input 1 of 2" in out
+
+
+@pytest.mark.parametrize(
+    "candidate",
+    [
+        lambda: None,  # wrong arity: TypeError
+        lambda x: None,  # returns nothing
+        lambda x: "twice",  # returns a string
+        lambda x: [2 * x],  # wraps the answer
+        lambda x: torch.full_like(x, float("nan")),
+        lambda x: 1 / 0,
+    ],
+)
+def test_never_crashes_on_odd_candidates(toy: Exercise, candidate: object) -> None:
+    assert check("toy_double", candidate, verbose=False) is False
+
+
+def test_a_candidate_that_mutates_its_input_cannot_fool_the_reference(toy: Exercise) -> None:
+    def doubles_in_place(x: torch.Tensor) -> torch.Tensor:
+        return x.mul_(2)
+
+    # Each function gets fresh inputs, so the reference still sees the original x.
+    assert check("toy_double", doubles_in_place, verbose=False) is True
+
+    def zeroes_then_doubles(x: torch.Tensor) -> torch.Tensor:
+        x.zero_()
+        return 2 * x
+
+    assert check("toy_double", zeroes_then_doubles, verbose=False) is False
+
+
+def test_quiet_mode_prints_nothing(toy: Exercise, capsys: pytest.CaptureFixture[str]) -> None:
+    check("toy_double", _doubled, verbose=False)
+    check("toy_double", _tripled, verbose=False)
+    assert capsys.readouterr().out == ""
+
+
+def test_unknown_name_lists_the_known_ones() -> None:
+    with pytest.raises(KeyError, match="no exercise named 'sinusoidal'.*sinusoidal_encoding"):
+        check("sinusoidal", lambda: None)
+
+
+def test_a_non_callable_candidate_is_refused(
+    toy: Exercise, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert check("toy_double", torch.ones(3)) is False
+    assert "expected a function (x) -> Tensor, got tensor of shape (3,)" in capsys.readouterr().out
+
+
+def test_register_refuses_duplicates_and_empty_exercises(toy: Exercise) -> None:
+    with pytest.raises(ValueError, match="'toy_double' is already registered"):
+        exercises.register(TOY)
+    empty = Exercise("toy_empty", "", "()", _doubled, cases=(), hint="")
+    with pytest.raises(ValueError, match="'toy_empty' has no cases"):
+        exercises.register(empty)
+
+
+def test_every_registered_exercise_accepts_its_reference() -> None:
+    names = list_exercises()
+    assert len(names) == len(set(names))
+    for name in names:
+        exercise = exercises.get_exercise(name)
+        assert check(name, exercise.reference, verbose=False), name
+        assert exercise.signature.startswith("(")
+        assert exercise.hint
+
+
+def test_case_of_describes_its_arguments() -> None:
+    case = Case.of(8, 6, base=100.0)
+    assert case.description == "8, 6, base=100.0"
+    assert case.make() == ((8, 6), {"base": 100.0})
+
+
+# --- compare_outputs -------------------------------------------------------------------------
+
+
+def test_compare_tensors() -> None:
+    x = torch.tensor([1.0, 2.0])
+    assert compare_outputs(x, x.clone(), 1e-5, 1e-5) is None
+    assert compare_outputs(x, x + 1e-7, 1e-5, 1e-5) is None
+    assert "first bad entry at (1,): expected 2, got 2.5" in compare_outputs(
+        x, torch.tensor([1.0, 2.5]), 1e-5, 1e-5
+    )
+    assert "expected a tensor" in compare_outputs(x, [1.0, 2.0], 1e-5, 1e-5)
+    assert "inf or nan" in compare_outputs(x, torch.tensor([1.0, math.nan]), 1e-5, 1e-5)
+
+
+def test_compare_masked_entries() -> None:
+    masked = torch.tensor([0.0, -math.inf])
+    assert compare_outputs(masked, masked.clone(), 1e-5, 1e-5) is None
+    assert "masked (-inf)" in compare_outputs(masked, torch.tensor([0.0, -1e9]), 1e-5, 1e-5)
+
+
+def test_compare_integer_and_bool_tensors() -> None:
+    mask = torch.tensor([True, False])
+    assert compare_outputs(mask, mask.clone(), 0, 0) is None
+    assert compare_outputs(mask, ~mask, 0, 0) == "the values differ"
+
+
+def test_compare_numbers_and_sequences() -> None:
+    assert compare_outputs(1.0, 1.0 + 1e-9, 1e-5, 1e-5) is None
+    assert compare_outputs(1.0, torch.tensor(1.0), 1e-5, 1e-5) is None
+    assert compare_outputs(1.0, 2.0, 1e-5, 1e-5) == "expected 1, got 2"
+    assert compare_outputs(1.0, True, 1e-5, 1e-5) == "expected a number, got True"
+    pair = (torch.ones(2), 3.0)
+    assert compare_outputs(pair, (torch.ones(2), 3.0), 1e-5, 1e-5) is None
+    assert compare_outputs(pair, (torch.ones(2), 4.0), 1e-5, 1e-5).startswith("item 1:")
+    assert "expected a tuple of 2" in compare_outputs(pair, (torch.ones(2),), 1e-5, 1e-5)
+    assert compare_outputs("a", "b", 0, 0) == "expected 'a', got 'b'"

@@ -1,0 +1,96 @@
+"""Device choice, seeding and the notebook set-up."""
+
+from __future__ import annotations
+
+import random
+
+import matplotlib as mpl
+import numpy as np
+import pytest
+import torch
+
+from rope_tutor import runtime
+
+
+@pytest.fixture(autouse=True)
+def _restore_global_state():
+    """seed_everything changes process-wide settings: put them back after each test."""
+    threads = torch.get_num_threads()
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    with mpl.rc_context():
+        yield
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+
+
+def draws() -> tuple[float, float, list[float]]:
+    return random.random(), float(np.random.rand()), torch.randn(3).tolist()  # noqa: NPY002
+
+
+def test_get_device_prefers_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ROPE_TUTOR_DEVICE", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert runtime.get_device() == torch.device("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert runtime.get_device() == torch.device("cpu")
+
+
+def test_get_device_can_be_forced(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setenv("ROPE_TUTOR_DEVICE", "cpu")
+    assert runtime.get_device() == torch.device("cpu")
+
+
+def test_get_device_rejects_a_bad_forced_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROPE_TUTOR_DEVICE", "not-a-device")
+    with pytest.raises(RuntimeError, match="not-a-device"):
+        runtime.get_device()
+
+
+def test_seed_everything_is_deterministic() -> None:
+    runtime.seed_everything(123)
+    first = draws()
+    runtime.seed_everything(123)
+    assert draws() == first
+    runtime.seed_everything(124)
+    assert draws() != first
+
+
+def test_seed_everything_pins_threads_and_deterministic_kernels() -> None:
+    other = runtime.DEFAULT_THREADS + 1  # a count the default is not, so each step is visible
+    runtime.seed_everything(0, threads=other)
+    assert torch.get_num_threads() == other
+    assert torch.are_deterministic_algorithms_enabled()
+    runtime.seed_everything(0)
+    assert torch.get_num_threads() == runtime.DEFAULT_THREADS
+    torch.set_num_threads(other)
+    runtime.seed_everything(0, threads=None)
+    assert torch.get_num_threads() == other
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"seed": -1}, "seed must be a non-negative int, got -1"),
+        ({"seed": 1.5}, "seed must be a non-negative int, got 1.5"),
+        ({"seed": True}, "seed must be a non-negative int, got True"),
+        ({"seed": 0, "threads": 0}, "threads must be >= 1, got 0"),
+        ({"seed": 0, "threads": 2.0}, r"threads must be >= 1, got 2\.0"),
+    ],
+)
+def test_seed_everything_bad_input(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        runtime.seed_everything(**kwargs)
+
+
+def test_notebook_setup(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROPE_TUTOR_DEVICE", "cpu")
+    mpl.rcParams["figure.dpi"] = 300
+    device = runtime.notebook_setup(7)
+    assert device == torch.device("cpu")
+    assert mpl.rcParams["figure.dpi"] == 90
+    assert mpl.rcParams["figure.facecolor"] == "white"
+    first = torch.randn(2).tolist()
+    runtime.notebook_setup(7)
+    assert torch.randn(2).tolist() == first
