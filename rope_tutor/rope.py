@@ -1,14 +1,44 @@
 """Part II: rotary position embedding (RoPE).
 
-Chapters "Deriving rotary position embedding" and "RoPE in practice". Su et al., "RoFormer:
-Enhanced Transformer with Rotary Position Embedding" (2021).
+Chapters "Deriving rotary position embedding" (equations rope-theta, rope-complex, rope-matrix,
+rope-elementwise) and "RoPE in practice" (the two layouts, the permutation between them, partial
+rotary, the cached ``RotaryEmbedding``). Su et al., "RoFormer: Enhanced Transformer with Rotary
+Position Embedding" (2021).
+
+Two layouts pair the features of a head of size ``d`` differently; both rotate pair ``i`` by the
+angle ``m * theta_i`` at position ``m``:
+
+* ``"interleaved"``: pairs ``(x[2i], x[2i+1])`` (RoFormer paper, GPT-J, Meta's Llama code);
+* ``"half"``: pairs ``(x[i], x[i + d/2])`` (GPT-NeoX, PaLM, Hugging Face ``transformers``).
+
+Angles ``m * theta_i`` are always formed in float32, or float64 for float64 input, whatever the
+input dtype; the rotation runs in that precision and the result is cast back to the input dtype.
 """
 
 from __future__ import annotations
 
-import torch
+import math
+from collections.abc import Mapping
+from typing import Any
 
-__all__ = ["rope_frequencies"]
+import torch
+from torch import nn
+
+__all__ = [
+    "LAYOUTS",
+    "RotaryEmbedding",
+    "apply_rope",
+    "apply_rope_complex",
+    "half_to_interleaved_permutation",
+    "interleaved_to_half_permutation",
+    "rope_frequencies",
+    "rope_matrix",
+    "rotate_half",
+    "rotate_interleaved",
+]
+
+#: The feature layouts accepted by ``apply_rope`` and ``RotaryEmbedding``.
+LAYOUTS = ("half", "interleaved")
 
 
 def rope_frequencies(dim: int, base: float = 10000.0) -> torch.Tensor:
@@ -24,3 +54,427 @@ def rope_frequencies(dim: int, base: float = 10000.0) -> torch.Tensor:
         raise ValueError(f"base must be greater than 1, got base={base!r}")
     exponents = torch.arange(0, dim, 2, dtype=torch.float64) / dim  # 2i / dim
     return (base**-exponents).to(torch.float32)
+
+
+# ----------------------------------------------------------------------------------------------
+# Input checks (every public function names the offending argument and value)
+# ----------------------------------------------------------------------------------------------
+
+
+def _check_even_dim(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 2 or value % 2:
+        raise ValueError(f"{name} must be a positive even int, got {name}={value!r}")
+    return value
+
+
+def _check_base(base: Any) -> float:
+    if isinstance(base, bool) or not isinstance(base, int | float) or not math.isfinite(base):
+        raise ValueError(f"base must be a finite number greater than 1, got base={base!r}")
+    if not base > 1:
+        raise ValueError(f"base must be greater than 1, got base={base!r}")
+    return float(base)
+
+
+def _check_layout(layout: Any) -> str:
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got layout={layout!r}")
+    return layout
+
+
+def _check_x(name: str, x: Any) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor, got {name}={x!r:.80}")
+    if x.dim() < 2:
+        raise ValueError(f"{name} must have shape (..., seq, dim), got shape {tuple(x.shape)}")
+    return x
+
+
+def _check_positions(positions: Any, seq: int | None, device: torch.device | None) -> torch.Tensor:
+    """Positions as a 1-D real tensor (length ``seq`` unless None) on ``device``, finite, >= 0."""
+    positions = torch.as_tensor(positions, device=device)
+    if positions.dtype == torch.bool or positions.is_complex():
+        raise ValueError(f"positions must hold integers or floats, got dtype {positions.dtype}")
+    if positions.dim() != 1:
+        raise ValueError(
+            f"positions must be 1-D (seq,), got positions of shape {tuple(positions.shape)}"
+        )
+    if seq is not None and positions.shape[0] != seq:
+        raise ValueError(
+            f"positions has length {positions.shape[0]} but the sequence length "
+            f"(dim -2 of the input) is {seq}"
+        )
+    if positions.numel() and (not torch.isfinite(positions).all() or (positions < 0).any()):
+        raise ValueError(
+            f"positions must be finite and >= 0, got min {positions.min().item()} "
+            f"and max {positions.max().item()}"
+        )
+    return positions
+
+
+def _check_rotary_dim(rotary_dim: Any, dim: int) -> int:
+    if rotary_dim is None:
+        return _check_even_dim("x.shape[-1]", dim)
+    _check_even_dim("rotary_dim", rotary_dim)
+    if rotary_dim > dim:
+        raise ValueError(f"rotary_dim={rotary_dim} exceeds the head dim {dim}")
+    return rotary_dim
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float64 for float64 input, float32 for everything else (bfloat16, float16, float32)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _seq_len(positions: torch.Tensor) -> int:
+    """The context length a scaling method sees: largest position + 1."""
+    return int(positions.max().item()) + 1 if positions.numel() else 1
+
+
+# ----------------------------------------------------------------------------------------------
+# The rotation itself
+# ----------------------------------------------------------------------------------------------
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """Multiply each pair by i in the half layout: ``(x1, x2) -> (-x2, x1)`` with x1, x2 the halves.
+
+    The rotate(x) of equation (rope-elementwise) for pairs ``(x[i], x[i + d/2])``, as in GPT-NeoX
+    and Hugging Face ``transformers``. ``x`` is ``(..., d)`` with ``d`` even; same shape and dtype
+    out. Raises ``ValueError`` for an odd last dim.
+    """
+    _check_even_dim("x.shape[-1]", x.shape[-1])
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rotate_interleaved(x: torch.Tensor) -> torch.Tensor:
+    """Multiply each pair by i in the interleaved layout: ``(x[2i], x[2i+1]) -> (-x[2i+1], x[2i])``.
+
+    The rotate(x) of equation (rope-elementwise) for adjacent pairs, as in the RoFormer paper and
+    GPT-J (``rotate_every_two``). ``x`` is ``(..., d)`` with ``d`` even; same shape and dtype out.
+    Raises ``ValueError`` for an odd last dim.
+    """
+    _check_even_dim("x.shape[-1]", x.shape[-1])
+    return torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
+    """Equation (rope-elementwise): ``x * cos + rotate(x) * sin`` in the given layout.
+
+    ``x`` is ``(..., seq, d)`` in any floating dtype; ``cos`` and ``sin`` are ``(seq, d/2)``, one
+    column per pair (already multiplied by the attention factor), in the compute dtype (float32
+    or float64). The arithmetic runs in ``cos.dtype``; the result has ``x``'s dtype. The only place
+    where apply_rope and RotaryEmbedding touch the features.
+
+    Written for speed (chapter "Making RoPE fast"): applying RoPE is memory-bound, so what counts
+    is the bytes moved. There is one full-size buffer, the result, and no full-size temporaries.
+    In the half layout the result starts as ``x * [cos, cos]`` and each half then gets
+    ``-/+ (other half of x) * sin`` added in place; in the interleaved layout one complex multiply
+    does everything in a single pass. Input in a lower precision (bfloat16, float16) is converted
+    on the CPU in blocks of about 2**18 elements, so the float32 temporaries stay in the cache and
+    the result is rounded once. Differentiable (no ``out=`` arguments).
+    """
+
+    compute = cos.dtype
+    if layout == "half":
+        half = cos.shape[-1]
+        cos_both = torch.cat((cos, cos), dim=-1)  # (seq, d): the cos of both halves
+    else:
+        rotation = torch.complex(cos, sin)  # (seq, d/2): e^(i m theta_i), scaled
+
+    def rotated(xc: torch.Tensor, rows: slice) -> torch.Tensor:
+        """The rotation of ``xc`` (compute dtype, sequence rows ``rows``) as a new tensor."""
+        if layout == "half":
+            out = xc * cos_both[rows]  # (x1 c, x2 c): the only full-size buffer
+            out[..., :half].addcmul_(xc[..., half:], sin[rows], value=-1)  # x1 c - x2 s
+            out[..., half:].addcmul_(xc[..., :half], sin[rows])  # x2 c + x1 s
+            return out
+        if xc.stride(-1) != 1 or any(n % 2 for n in (xc.storage_offset(), *xc.stride()[:-1])):
+            xc = xc.contiguous()  # view_as_complex needs each pair adjacent and aligned
+        pairs = torch.view_as_complex(xc.unflatten(-1, (-1, 2)))  # x[2i] + i x[2i+1]
+        return torch.view_as_real(pairs * rotation[rows]).flatten(-2)
+
+    if x.dtype == compute or x.device.type != "cpu":
+        return rotated(x.to(compute), slice(None)).to(x.dtype)
+    out = torch.empty(x.shape, dtype=x.dtype)
+    step = max(1, 2**18 // max(1, x[..., :1, :].numel()))  # sequence rows per block
+    for start in range(0, x.shape[-2], step):
+        rows = slice(start, start + step)
+        out[..., rows, :] = rotated(x[..., rows, :].to(compute), rows)
+    return out
+
+
+def _cos_sin(
+    positions: torch.Tensor, inv_freq: torch.Tensor, attention_factor: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``attention_factor * cos(m theta_i)`` and ``... sin(...)``, each ``(seq, d/2)`` in ``dtype``.
+
+    The angles are formed in ``dtype`` (float32 or float64), never in the model's dtype.
+    """
+    angles = positions.to(dtype)[:, None] * inv_freq.to(device=positions.device, dtype=dtype)
+    return angles.cos() * attention_factor, angles.sin() * attention_factor
+
+
+#: The cos/sin of apply_rope's last call: (settings, positions, cos, sin), or None.
+_last_cos_sin: tuple[tuple[Any, ...], torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+
+
+def _cos_sin_reused(
+    positions: torch.Tensor, inv_freq: torch.Tensor, attention_factor: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``_cos_sin``, reused when the positions and settings equal those of the previous call.
+
+    Forming the angles and their cos and sin costs more than a tenth of rotating a
+    ``(1, 32, 4096, 128)`` float32 tensor on a CPU, and a model applies RoPE to q and k in every
+    layer with the same positions (chapter "Making RoPE fast"). The values are identical either
+    way: the cached tensors are the ones ``_cos_sin`` returned for equal positions.
+    """
+    global _last_cos_sin
+    settings = (dtype, positions.dtype, positions.device, tuple(inv_freq.tolist()))
+    settings += (float(attention_factor),)
+    last = _last_cos_sin
+    if last is not None and last[0] == settings and torch.equal(last[1], positions):
+        return last[2], last[3]
+    cos, sin = _cos_sin(positions, inv_freq, attention_factor, dtype)
+    _last_cos_sin = (settings, positions.clone(), cos, sin)
+    return cos, sin
+
+
+def _apply(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, rotary_dim: int
+) -> torch.Tensor:
+    """Rotate the first ``rotary_dim`` features of ``x``; the rest pass through unchanged."""
+    if rotary_dim == x.shape[-1]:
+        return _rotate(x, cos, sin, layout)
+    rotated = _rotate(x[..., :rotary_dim], cos, sin, layout)
+    return torch.cat((rotated, x[..., rotary_dim:]), dim=-1)
+
+
+def apply_rope(
+    x: torch.Tensor,
+    positions: torch.Tensor,
+    *,
+    base: float = 10000.0,
+    layout: str = "half",
+    scaling: Mapping[str, Any] | None = None,
+    rotary_dim: int | None = None,
+) -> torch.Tensor:
+    """Rotate every pair of features of ``x`` by ``positions * theta_i``: RoPE, element-wise form.
+
+    Equation (rope-elementwise) in "Deriving rotary position embedding", with theta_i from
+    (rope-theta); Su et al., RoFormer (2021). ``x`` is ``(..., seq, dim)`` (for example
+    ``(batch, heads, seq, head_dim)``), ``positions`` is ``(seq,)``, integers or floats >= 0.
+    Returns the same shape and dtype as ``x``.
+
+    ``layout`` is ``"half"`` (pairs ``(x[i], x[i + d/2])``, Hugging Face) or ``"interleaved"``
+    (pairs ``(x[2i], x[2i+1])``, RoFormer/Meta). ``rotary_dim`` (partial rotary, chapter "RoPE in
+    practice") rotates only the first ``rotary_dim`` features and computes theta from
+    ``rotary_dim``; the rest pass through. Hugging Face's ``partial_rotary_factor`` f corresponds
+    to ``rotary_dim = int(head_dim * f)``. ``scaling`` is a context-extension setting in Hugging
+    Face's ``rope_scaling`` form (Part IV, ``rope_parameters``); cos and sin are multiplied by its
+    attention factor. ``None`` is plain RoPE.
+
+    Angles are formed in float32 (float64 for float64 ``x``); the result is cast back. Raises
+    ``ValueError`` naming the argument for an odd or non-int dim, a positions tensor of the wrong
+    shape or length, negative or non-finite positions, an unknown layout, a base not greater than
+    1, or an invalid ``scaling``.
+    """
+    from rope_tutor.scaling import rope_parameters
+
+    x = _check_x("x", x)
+    layout = _check_layout(layout)
+    base = _check_base(base)
+    rotary_dim = _check_rotary_dim(rotary_dim, x.shape[-1])
+    positions = _check_positions(positions, x.shape[-2], x.device)
+    inv_freq, attention_factor = rope_parameters(
+        rotary_dim, base, scaling, seq_len=_seq_len(positions)
+    )
+    cos, sin = _cos_sin_reused(positions, inv_freq, attention_factor, _compute_dtype(x.dtype))
+    return _apply(x, cos, sin, layout, rotary_dim)
+
+
+def apply_rope_complex(
+    x: torch.Tensor, positions: torch.Tensor, *, base: float = 10000.0
+) -> torch.Tensor:
+    """RoPE in Euler form: pair ``(x[2i], x[2i+1])`` is a complex number z_i, times e^(i m theta_i).
+
+    Equation (rope-complex) in "Deriving rotary position embedding"; Su et al., RoFormer (2021),
+    eq. 12, the form of Meta's Llama code. Interleaved layout, no scaling. ``x`` is
+    ``(..., seq, dim)``, ``positions`` ``(seq,)``; same shape and dtype out. Computed in complex64
+    (complex128 for float64 ``x``). Raises ``ValueError`` like ``apply_rope``.
+    """
+    x = _check_x("x", x)
+    dim = _check_rotary_dim(None, x.shape[-1])
+    positions = _check_positions(positions, x.shape[-2], x.device)
+    real = _compute_dtype(x.dtype)
+    angles = positions.to(real)[:, None] * rope_frequencies(dim, _check_base(base)).to(
+        device=x.device, dtype=real
+    )  # (seq, dim/2)
+    rotation = torch.polar(torch.ones_like(angles), angles)  # e^(i m theta_i)
+    z = torch.view_as_complex(x.to(real).reshape(*x.shape[:-1], dim // 2, 2).contiguous())
+    return torch.view_as_real(z * rotation).flatten(-2).to(x.dtype)
+
+
+def rope_matrix(position: float, dim: int, *, base: float = 10000.0) -> torch.Tensor:
+    """The dense block-diagonal rotation R^d_{Theta,m}, float64 of shape ``(dim, dim)``.
+
+    Equation (rope-matrix) in "Deriving rotary position embedding"; Su et al., RoFormer (2021),
+    eq. 15. Block ``i`` is the 2-D rotation by ``position * theta_i`` acting on the interleaved
+    pair ``(x[2i], x[2i+1])``: ``rope_matrix(m, d) @ x`` equals ``apply_rope(x, [m],
+    layout="interleaved")`` for a column vector ``x``. Wasteful in practice (``dim**2`` numbers, of
+    which ``2 * dim`` are non-zero): it exists to teach. Raises ``ValueError`` for an odd dim, a
+    negative or non-finite position, or a base not greater than 1.
+    """
+    dim = _check_even_dim("dim", dim)
+    if isinstance(position, torch.Tensor):
+        position = position.item()
+    if isinstance(position, bool) or not isinstance(position, int | float):
+        raise ValueError(f"position must be a number, got position={position!r}")
+    if not math.isfinite(position) or position < 0:
+        raise ValueError(f"position must be finite and >= 0, got position={position!r}")
+    angles = position * rope_frequencies(dim, _check_base(base)).double()  # (dim/2,)
+    cos, sin = angles.cos(), angles.sin()
+    even = torch.arange(0, dim, 2)
+    matrix = torch.zeros(dim, dim, dtype=torch.float64)
+    matrix[even, even] = cos
+    matrix[even, even + 1] = -sin
+    matrix[even + 1, even] = sin
+    matrix[even + 1, even + 1] = cos
+    return matrix
+
+
+# ----------------------------------------------------------------------------------------------
+# The permutation between the layouts
+# ----------------------------------------------------------------------------------------------
+
+
+def interleaved_to_half_permutation(head_dim: int, num_heads: int = 1) -> torch.Tensor:
+    """Feature order that turns interleaved-layout q/k into half-layout q/k: ``x_half = x[perm]``.
+
+    Within each head, half-layout feature ``j`` comes from interleaved feature ``2j`` and feature
+    ``j + head_dim/2`` from ``2j + 1``: ``[0, 2, 4, ..., 1, 3, 5, ...]``. Then
+    ``apply_rope(x[..., perm], p, layout="half") == apply_rope(x, p, layout="interleaved")[...,
+    perm]``, and since the same permutation is applied to q and k, attention scores are identical
+    (chapter "RoPE in practice"). Applied to the rows of Meta's ``W_q`` and ``W_k`` (``W[perm]``)
+    it is the permutation Hugging Face's Llama conversion script performs. With ``num_heads > 1``
+    the result indexes ``num_heads * head_dim`` features, head after head. Returns int64
+    ``(num_heads * head_dim,)``. Raises ``ValueError`` for an odd ``head_dim`` or
+    ``num_heads < 1``.
+    """
+    _check_even_dim("head_dim", head_dim)
+    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
+        raise ValueError(f"num_heads must be a positive int, got num_heads={num_heads!r}")
+    within_head = torch.cat((torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)))
+    offsets = torch.arange(num_heads)[:, None] * head_dim  # (num_heads, 1)
+    return (offsets + within_head).flatten()
+
+
+def half_to_interleaved_permutation(head_dim: int, num_heads: int = 1) -> torch.Tensor:
+    """The inverse of ``interleaved_to_half_permutation``: ``x_interleaved = x_half[perm]``.
+
+    ``[0, d/2, 1, d/2 + 1, ...]`` within each head: what converters from Hugging Face back to
+    Meta's layout (GGUF, llama2.c) apply. Same arguments, return type and errors.
+    """
+    return torch.argsort(interleaved_to_half_permutation(head_dim, num_heads))
+
+
+# ----------------------------------------------------------------------------------------------
+# The module
+# ----------------------------------------------------------------------------------------------
+
+
+class RotaryEmbedding(nn.Module):
+    """RoPE for queries and keys, with a cos/sin cache: ``forward(q, k, positions)``.
+
+    Equation (rope-elementwise) in "Deriving rotary position embedding"; chapter "RoPE in
+    practice"; Su et al., RoFormer (2021). ``dim`` is the head dim; ``rotary_dim`` (default
+    ``dim``) the number of leading features rotated (partial rotary, theta computed from
+    ``rotary_dim``); ``layout`` ``"half"`` or ``"interleaved"``; ``scaling`` a Part IV
+    context-extension setting (``rope_parameters``), ``None`` for plain RoPE.
+
+    ``forward`` takes ``q`` and ``k`` of shape ``(..., seq, dim)`` (for example ``(batch, heads,
+    seq, head_dim)``, the ``rotary`` contract of ``SelfAttention``) and ``positions`` ``(seq,)``,
+    and returns ``(q_rot, k_rot)`` of the same shapes and dtypes; the result equals ``apply_rope``
+    on each. For integer positions, cos and sin are looked up in a table for positions
+    ``0 .. max(positions)`` formed in float32 (float64 for float64 input) and kept for the next
+    call with the same device, compute dtype and frequencies (the frequencies can depend on the
+    length with a dynamic scaling); a longer input extends the table. Float positions are computed
+    directly. The frequencies are recomputed from the configuration, never stored as weights.
+    Raises ``ValueError`` for bad settings at construction and bad shapes or positions in forward.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        base: float = 10000.0,
+        layout: str = "half",
+        scaling: Mapping[str, Any] | None = None,
+        rotary_dim: int | None = None,
+    ) -> None:
+        super().__init__()
+        from rope_tutor.scaling import rope_parameters
+
+        self.dim = _check_even_dim("dim", dim)
+        self.rotary_dim = _check_rotary_dim(rotary_dim, dim)
+        self.base = _check_base(base)
+        self.layout = _check_layout(layout)
+        self.scaling = dict(scaling) if scaling is not None else None
+        rope_parameters(self.rotary_dim, self.base, self.scaling, seq_len=1)  # validate now
+        # (device, compute dtype, inv_freq, attention_factor) -> cos, sin of (length, rotary_dim/2)
+        self._cache: tuple[tuple[Any, ...], torch.Tensor, torch.Tensor] | None = None
+
+    def cos_sin(
+        self, positions: torch.Tensor, dtype: torch.dtype = torch.float32
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of the angles at ``positions`` (``(seq,)``), each ``(seq, rotary_dim // 2)``.
+
+        Multiplied by the scaling's attention factor, in the compute dtype for input ``dtype``
+        (float64 for float64, else float32), on the device of ``positions``. Integer positions
+        are served from the cache.
+        """
+        from rope_tutor.scaling import rope_parameters
+
+        positions = _check_positions(positions, None, None)
+        compute = _compute_dtype(dtype)
+        length = _seq_len(positions)
+        inv_freq, attention_factor = rope_parameters(
+            self.rotary_dim, self.base, self.scaling, seq_len=length
+        )
+        if positions.is_floating_point():
+            return _cos_sin(positions, inv_freq, attention_factor, compute)
+        key = (positions.device, compute, tuple(inv_freq.tolist()), float(attention_factor))
+        if self._cache is None or self._cache[0] != key or len(self._cache[1]) < length:
+            table = torch.arange(length, device=positions.device)  # positions 0 .. length-1
+            self._cache = (key, *_cos_sin(table, inv_freq, attention_factor, compute))
+        _, cos, sin = self._cache
+        return cos[positions], sin[positions]
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate ``q`` and ``k`` (each ``(..., seq, dim)``) by ``positions`` (``(seq,)``)."""
+        q, k = _check_x("q", q), _check_x("k", k)
+        for name, t in (("q", q), ("k", k)):
+            if t.shape[-1] != self.dim:
+                raise ValueError(f"{name} has last dim {t.shape[-1]}, expected dim={self.dim}")
+        if q.shape[-2] != k.shape[-2]:
+            raise ValueError(
+                f"q and k have different sequence lengths: q {tuple(q.shape)}, k {tuple(k.shape)}"
+            )
+        if q.dtype != k.dtype or q.device != k.device:
+            raise ValueError(
+                f"q and k differ: q {q.dtype} on {q.device}, k {k.dtype} on {k.device}"
+            )
+        positions = _check_positions(positions, q.shape[-2], q.device)
+        cos, sin = self.cos_sin(positions, q.dtype)
+        return (
+            _apply(q, cos, sin, self.layout, self.rotary_dim),
+            _apply(k, cos, sin, self.layout, self.rotary_dim),
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"dim={self.dim}, rotary_dim={self.rotary_dim}, base={self.base}, "
+            f"layout={self.layout!r}, scaling={self.scaling}"
+        )
