@@ -10,7 +10,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.rope-tutor-installed
 JB_FLAGS := --builder html -W -n --keep-going
 
-.PHONY: book test lab execute lint clean
+.PHONY: book test lab execute lint clean browser
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,7 +22,16 @@ book: $(STAMP)
 	$(BIN)/jupyter-book build . $(JB_FLAGS)
 	@echo "The book is built: open _build/html/index.html in a browser (works offline)."
 
-test: $(STAMP)
+# The browser test (tests/test_browser.py) drives Debian's Chromium through its ChromeDriver (the
+# browser downloads of automation libraries do not work offline). Installed once, as root or via sudo.
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null; then SUDO=sudo; \
+	  else echo "make test needs Debian's chromium and chromium-driver packages: install them as root" >&2; exit 1; fi; \
+	  $$SUDO apt-get update -q && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium chromium-driver; }
+
+test: $(STAMP) browser
 	$(BIN)/ruff check rope_tutor tests book
 	$(BIN)/python -m pytest
 

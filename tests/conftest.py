@@ -1,7 +1,11 @@
-"""Shared pytest set-up: the book's table of contents, and which notebooks nbval collected."""
+"""Shared pytest set-up: the book's table of contents, which notebooks nbval collected, and the
+built website (used by test_site.py and test_browser.py)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +14,10 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 COLLECTED_NOTEBOOKS = pytest.StashKey[set[str]]()
 FULL_RUN = pytest.StashKey[bool]()
+SITE = ROOT / "_build" / "html"
+#: Development only: the path of a site already built (for example a partial build with a toc of
+#: its own); the site tests then check it instead of building the book.
+PREBUILT_SITE_VARIABLE = "ROPE_TUTOR_PREBUILT_SITE"
 
 
 def toc_files() -> list[str]:
@@ -54,3 +62,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items
         if Path(item.path).suffix == ".ipynb"
     }
+
+
+@pytest.fixture(scope="session")
+def built_site() -> Path:
+    """Build the book exactly as `make book` does (notebooks executed, cached by their code)."""
+    prebuilt = os.environ.get(PREBUILT_SITE_VARIABLE)
+    if prebuilt:
+        site = Path(prebuilt).resolve()
+        assert (site / "index.html").exists(), f"{PREBUILT_SITE_VARIABLE}={prebuilt}: no index.html"
+        return site
+    jupyter_book = Path(sys.executable).parent / "jupyter-book"
+    result = subprocess.run(
+        [str(jupyter_book), "build", str(ROOT), "--builder", "html", "-W", "-n", "--keep-going"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, f"the book build failed:\n{log[-6000:]}"
+    warnings = [line for line in log.splitlines() if ": WARNING:" in line or ": ERROR:" in line]
+    assert not warnings, "the book build printed warnings:\n" + "\n".join(warnings[:30])
+    return SITE

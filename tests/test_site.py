@@ -3,33 +3,12 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, toc_files
+from conftest import toc_files
 
-SITE = ROOT / "_build" / "html"
 REMOTE = re.compile(r"^(https?:)?//", re.IGNORECASE)
-
-
-@pytest.fixture(scope="session")
-def built_site() -> Path:
-    """Build the book exactly as `make book` does (notebooks executed, cached by their code)."""
-    jupyter_book = Path(sys.executable).parent / "jupyter-book"
-    result = subprocess.run(
-        [str(jupyter_book), "build", str(ROOT), "--builder", "html", "-W", "-n", "--keep-going"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    log = result.stdout + result.stderr
-    assert result.returncode == 0, f"the book build failed:\n{log[-6000:]}"
-    warnings = [line for line in log.splitlines() if ": WARNING:" in line or ": ERROR:" in line]
-    assert not warnings, "the book build printed warnings:\n" + "\n".join(warnings[:30])
-    return SITE
 
 
 def _pages(site: Path) -> list[Path]:
