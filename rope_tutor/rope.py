@@ -167,12 +167,13 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) 
     where apply_rope and RotaryEmbedding touch the features.
 
     Written for speed (chapter "Making RoPE fast"): applying RoPE is memory-bound, so what counts
-    is the bytes moved. There is one full-size buffer, the result, and no full-size temporaries.
-    In the half layout the result starts as ``x * [cos, cos]`` and each half then gets
+    is the bytes moved. For input in the compute dtype the result is the only full-size buffer:
+    in the half layout it starts as ``x * [cos, cos]`` and each half then gets
     ``-/+ (other half of x) * sin`` added in place; in the interleaved layout one complex multiply
     does everything in a single pass. Input in a lower precision (bfloat16, float16) is converted
-    on the CPU in blocks of about 2**18 elements, so the float32 temporaries stay in the cache and
-    the result is rounded once. Differentiable (no ``out=`` arguments).
+    on the CPU in blocks of at most 2**18 elements, so the float32 temporaries stay in the cache
+    (on other devices, as a whole), and the result is rounded once. Differentiable (no ``out=``
+    arguments).
     """
 
     compute = cos.dtype
@@ -196,8 +197,12 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) 
 
     if x.dtype == compute or x.device.type != "cpu":
         return rotated(x.to(compute), slice(None)).to(x.dtype)
+    # Blocks of 2**18 elements on one thread. With more threads, each operator on a block would
+    # split it and wait at its end for every thread, which takes milliseconds when another job
+    # holds a core; blocks below PyTorch's grain size (2**15 elements) run on this thread alone.
+    block = 2**18 if torch.get_num_threads() == 1 else 2**15 - 1
     out = torch.empty(x.shape, dtype=x.dtype)
-    step = max(1, 2**18 // max(1, x[..., :1, :].numel()))  # sequence rows per block
+    step = max(1, block // max(1, x[..., :1, :].numel()))  # sequence rows per block
     for start in range(0, x.shape[-2], step):
         rows = slice(start, start + step)
         out[..., rows, :] = rotated(x[..., rows, :].to(compute), rows)
