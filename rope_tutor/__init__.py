@@ -10,14 +10,40 @@ from rope_tutor.attention import SelfAttention, attention, causal_mask
 from rope_tutor.runtime import get_device, notebook_setup, seed_everything, use_book_style
 
 # Part I: foundations
-from rope_tutor.absolute import LearnedPositionalEmbedding, sinusoidal_encoding
+from rope_tutor.absolute import (
+    LearnedPositionalEmbedding,
+    sinusoidal_encoding,
+    sinusoidal_frequencies,
+    sinusoidal_relative_map,
+)
 
 # Part II: RoPE
-from rope_tutor.rope import rope_frequencies
+from rope_tutor.rope import (
+    LAYOUTS,
+    RotaryEmbedding,
+    apply_rope,
+    apply_rope_complex,
+    half_to_interleaved_permutation,
+    interleaved_to_half_permutation,
+    rope_frequencies,
+    rope_matrix,
+    rotate_half,
+    rotate_interleaved,
+)
 
 # Part III: ALiBi
+from rope_tutor.alibi import alibi_attention, alibi_bias, alibi_slopes
 
 # Part IV: context extension
-from rope_tutor.scaling import SCALINGS, rope_parameters
+from rope_tutor.scaling import (
+    SCALINGS,
+    effective_scale_factors,
+    ntk_scaled_base,
+    rope_parameters,
+    rotations_per_window,
+    yarn_correction_range,
+    yarn_mscale,
+    yarn_ramp,
+)
 
 __version__ = "0.1.0"

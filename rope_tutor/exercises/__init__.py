@@ -224,4 +224,9 @@ def check(name: str, candidate: Callable[..., Any], *, verbose: bool = True) -> 
 
 
 # Checker modules register their exercises on import, in the order of the book.
-from rope_tutor.exercises import absolute  # noqa: E402, F401  (Part I)
+from rope_tutor.exercises import (  # noqa: E402, I001  (book order, not alphabetical)
+    absolute,  # noqa: F401  (Part I)
+    rope,  # noqa: F401  (Part II)
+    alibi,  # noqa: F401  (Part III)
+    scaling,  # noqa: F401  (Part IV)
+)

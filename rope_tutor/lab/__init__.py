@@ -1,0 +1,25 @@
+"""Part V, the lab: tiny byte-level language models trained short and tested long.
+
+``python -m rope_tutor.lab all`` reproduces every number of chapters "Train short, test long",
+"Extending a trained RoPE model" and "Finding the needle" into ``book/data/lab/``.
+Readers import it as ``from rope_tutor import lab``.
+"""
+
+from rope_tutor.lab.data import load_corpus, needle_batch
+from rope_tutor.lab.experiments import BOOK, extension_methods, load_results
+from rope_tutor.lab.model import ENCODINGS, ModelConfig, TinyLM, load_checkpoint
+from rope_tutor.lab.train import TrainConfig, train
+
+__all__ = [
+    "BOOK",
+    "ENCODINGS",
+    "ModelConfig",
+    "TinyLM",
+    "TrainConfig",
+    "extension_methods",
+    "load_checkpoint",
+    "load_corpus",
+    "load_results",
+    "needle_batch",
+    "train",
+]

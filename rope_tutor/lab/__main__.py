@@ -1,0 +1,98 @@
+"""Command line of the lab: ``python -m rope_tutor.lab all`` reproduces chapters 11-13.
+
+Subcommands ``train-short-test-long``, ``extend`` and ``passkey`` run one experiment each
+(``extend`` reuses the RoPE checkpoint of the first experiment when it is present);
+``arm --encoding rope`` re-trains and evaluates one arm of the first experiment into
+``<out>/arm_<encoding>.json`` (what ``tests/test_lab.py`` compares with the saved numbers);
+``--quick`` runs a tiny configuration (seconds) for smoke tests; ``--out`` picks the folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import rope_tutor as rt
+from rope_tutor.lab.experiments import (
+    BOOK,
+    DATA_DIR,
+    QUICK,
+    extend_rope,
+    find_the_needle,
+    load_corpus_for,
+    run_arm,
+    train_short_test_long,
+    write_summary,
+)
+from rope_tutor.lab.model import ENCODINGS
+
+COMMANDS = ("all", "train-short-test-long", "extend", "passkey", "arm")
+
+
+def _restart_with_passive_waiting() -> None:
+    """Re-run this command with ``OMP_WAIT_POLICY=PASSIVE`` unless it is set already.
+
+    OpenMP reads the variable once, when torch is imported. Passive waiting changes no number
+    (the thread count, hence every reduction order, is the same); it only stops idle threads
+    from spinning, which makes a 2-thread run many times faster on a CPU shared with other jobs.
+    """
+    if "OMP_WAIT_POLICY" not in os.environ:
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+        os.execv(sys.executable, [sys.executable, "-m", "rope_tutor.lab", *sys.argv[1:]])
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    parser = argparse.ArgumentParser(prog="python -m rope_tutor.lab", description=__doc__)
+    parser.add_argument("command", choices=COMMANDS)
+    parser.add_argument("--quick", action="store_true", help="tiny configuration, for tests")
+    parser.add_argument("--out", type=Path, default=None, help=f"output folder ({DATA_DIR})")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    parser.add_argument("--encoding", choices=ENCODINGS, default="rope", help="for 'arm'")
+    args = parser.parse_args(argv)
+    settings = QUICK if args.quick else BOOK
+    out_dir = args.out if args.out is not None else DATA_DIR
+    out_dir.mkdir(parents=True, exist_ok=True)
+    progress = not args.no_progress
+    rt.seed_everything(0)  # pins the thread count (2) before anything is computed
+
+    timings = {}
+    start = time.perf_counter()
+    corpus = None
+    if args.command in ("all", "train-short-test-long", "extend", "arm"):
+        corpus = load_corpus_for(settings)
+    if args.command == "arm":
+        run_arm(args.encoding, settings, corpus, out_dir, progress=progress)
+        print("wrote", out_dir / f"arm_{args.encoding}.json")
+        return {"total": time.perf_counter() - start}
+    if args.command in ("all", "train-short-test-long"):
+        train_short_test_long(settings, corpus, out_dir, progress=progress)
+        timings["train_short_test_long"] = time.perf_counter() - start
+    if args.command in ("all", "extend"):
+        t = time.perf_counter()
+        extend_rope(settings, corpus, out_dir, progress=progress)
+        timings["extend"] = time.perf_counter() - t
+    if args.command in ("all", "passkey"):
+        t = time.perf_counter()
+        find_the_needle(settings, out_dir, progress=progress)
+        timings["passkey"] = time.perf_counter() - t
+    write_summary(out_dir)
+    timings["total"] = time.perf_counter() - start
+
+    # Wall time of each experiment on this machine (it varies: a budget record, not a result).
+    timings_file = out_dir / "timings.json"
+    record = json.loads(timings_file.read_text()) if timings_file.exists() else {}
+    record.update({f"{k}_seconds": round(v, 1) for k, v in timings.items() if k != "total"})
+    if args.command == "all":
+        record["all_seconds"] = round(timings["total"], 1)
+    timings_file.write_text(json.dumps(record, indent=1) + "\n")
+    print("wrote", out_dir, {k: f"{v:.0f} s" for k, v in timings.items()})
+    return timings
+
+
+if __name__ == "__main__":
+    _restart_with_passive_waiting()
+    main()

@@ -1,0 +1,188 @@
+"""Data for the lab: a byte corpus every reader already has, and a synthetic needle task.
+
+Part V. Nothing is downloaded and no third-party text is stored in the repository:
+
+- ``load_corpus`` reads the installed Python's standard-library source files (``*.py`` under
+  ``sysconfig.get_paths()["stdlib"]``, excluding ``site-packages``), sorted by relative path,
+  and concatenates their bytes up to a fixed budget. Files are split into training and
+  validation by a hash of their path (not by offset), so the two never share a file. The
+  SHA-256 of both splits is recorded: the standard library differs between Python versions,
+  so two readers get the same numbers only when the checksums match.
+- ``needle_batch`` builds the passkey-style retrieval task of chapter "Finding the needle" from a
+  seeded generator (a documented deterministic generator, no text at all).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import sysconfig
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+__all__ = [
+    "Corpus",
+    "load_corpus",
+    "training_batches",
+    "fixed_target_windows",
+    "NEEDLE_MARKER",
+    "needle_batch",
+]
+
+#: Every 10th file (by CRC-32 of its relative path) goes to validation.
+VALIDATION_EVERY = 10
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Training and validation bytes as uint8 tensors, with their provenance."""
+
+    train: torch.Tensor
+    validation: torch.Tensor
+    train_sha256: str
+    validation_sha256: str
+    source: str
+    python_version: str
+    num_files: int
+
+    def provenance(self) -> dict[str, object]:
+        return {
+            "corpus": self.source,
+            "python_version": self.python_version,
+            "corpus_files": self.num_files,
+            "train_bytes": int(self.train.numel()),
+            "validation_bytes": int(self.validation.numel()),
+            "train_sha256": self.train_sha256,
+            "validation_sha256": self.validation_sha256,
+        }
+
+
+def _stdlib_files(root: Path) -> list[Path]:
+    files = [p for p in root.rglob("*.py") if "site-packages" not in p.relative_to(root).parts]
+    return sorted(files, key=lambda p: p.relative_to(root).as_posix())
+
+
+def load_corpus(
+    train_bytes: int = 4_000_000, validation_bytes: int = 400_000, root: str | Path | None = None
+) -> Corpus:
+    """Read the standard-library sources into ``train_bytes`` + ``validation_bytes`` bytes.
+
+    Files are taken in sorted order of their relative path; a file goes to validation when the
+    CRC-32 of its path is divisible by 10; each split stops when its budget is full (the last
+    file is truncated). Raises ``ValueError`` for a non-positive budget and ``RuntimeError`` when
+    the sources are too small to fill it.
+    """
+    if train_bytes < 1 or validation_bytes < 1:
+        raise ValueError(
+            f"budgets must be positive, got train_bytes={train_bytes}, "
+            f"validation_bytes={validation_bytes}"
+        )
+    root = Path(root if root is not None else sysconfig.get_paths()["stdlib"])
+    budgets = {"train": train_bytes, "validation": validation_bytes}
+    parts: dict[str, list[bytes]] = {"train": [], "validation": []}
+    filled = {"train": 0, "validation": 0}
+    num_files = 0
+    for path in _stdlib_files(root):
+        relative = path.relative_to(root).as_posix()
+        split = "validation" if zlib.crc32(relative.encode()) % VALIDATION_EVERY == 0 else "train"
+        room = budgets[split] - filled[split]
+        if room <= 0:
+            if all(filled[s] >= budgets[s] for s in budgets):
+                break
+            continue
+        data = path.read_bytes()[:room]
+        parts[split].append(data)
+        filled[split] += len(data)
+        num_files += 1
+    if any(filled[s] < budgets[s] for s in budgets):
+        raise RuntimeError(f"{root} holds too little Python source for the budgets {budgets}")
+    joined = {s: b"".join(parts[s]) for s in parts}
+    return Corpus(
+        train=torch.frombuffer(bytearray(joined["train"]), dtype=torch.uint8),
+        validation=torch.frombuffer(bytearray(joined["validation"]), dtype=torch.uint8),
+        train_sha256=hashlib.sha256(joined["train"]).hexdigest(),
+        validation_sha256=hashlib.sha256(joined["validation"]).hexdigest(),
+        source="Python standard-library *.py sources, sorted by path",
+        python_version=sys.version.split()[0],
+        num_files=num_files,
+    )
+
+
+def training_batches(
+    data: torch.Tensor, batch_size: int, context: int, num_steps: int, seed: int
+) -> torch.Tensor:
+    """Start offsets of every training batch, drawn up front: ``(num_steps, batch_size)`` int64.
+
+    Drawing them from one seeded generator before training makes the data order identical
+    across arms (it depends only on ``seed``, the corpus length and ``context + 1``).
+    """
+    generator = torch.Generator().manual_seed(seed)
+    high = data.numel() - context - 1
+    if high < 1:
+        raise ValueError(f"data of {data.numel()} bytes is too short for context={context}")
+    return torch.randint(0, high, (num_steps, batch_size), generator=generator)
+
+
+def slice_windows(data: torch.Tensor, starts: torch.Tensor, length: int) -> torch.Tensor:
+    """Windows ``data[s : s + length]`` for each start, as int64 ``(len(starts), length)``."""
+    index = starts[:, None] + torch.arange(length)[None, :]
+    return data[index].long()
+
+
+def fixed_target_windows(
+    data: torch.Tensor, num_windows: int, length: int, seed: int
+) -> torch.Tensor:
+    """``num_windows`` validation windows of ``length + 1`` bytes at seeded random offsets.
+
+    The evaluation generator is separate from the training one, so the evaluation data do not
+    depend on how long a model was trained. Returns int64 ``(num_windows, length + 1)``.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    high = data.numel() - length - 1
+    if high < 1:
+        raise ValueError(f"validation data of {data.numel()} bytes is shorter than {length + 1}")
+    starts = torch.randint(0, high, (num_windows,), generator=generator)
+    return slice_windows(data, starts, length + 1)
+
+
+#: The byte that announces the key, once in the haystack and once in the question.
+NEEDLE_MARKER = ord("=")
+_FILLER = torch.tensor(list(b"abcdefghijklmnopqrstuvwxyz     "), dtype=torch.long)
+_KEY_LETTERS = torch.tensor(list(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ"), dtype=torch.long)
+
+
+def needle_batch(
+    batch_size: int, length: int, key_length: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch of the synthetic needle-in-a-haystack task and the depth of each needle.
+
+    Each sequence of exactly ``length`` bytes is random lowercase filler (letters and spaces,
+    i.i.d., so no period to exploit) with the needle ``=KEY`` hidden at a uniformly random depth,
+    ending with the question ``=`` followed by the key again: ``... =QHZTW ... =QHZTW``. The key
+    is ``key_length`` distinct capital letters. The model is scored on the final key bytes (all,
+    or all but a first "cue" letter), which it can only predict by finding the needle. Returns
+    ``(tokens, depth)``: int64 ``(batch_size, length)`` and the needle's start position, int64
+    ``(batch_size,)``.
+    """
+    needle = 1 + key_length
+    room = length - 2 * needle
+    if room < 0:
+        raise ValueError(f"length={length} is too short for two copies of a {needle}-byte needle")
+    filler = _FILLER[torch.randint(0, len(_FILLER), (batch_size, length), generator=generator)]
+    keys = torch.stack(
+        [
+            _KEY_LETTERS[torch.randperm(len(_KEY_LETTERS), generator=generator)[:key_length]]
+            for _ in range(batch_size)
+        ]
+    )  # (batch, key_length)
+    depth = torch.randint(0, room + 1, (batch_size,), generator=generator)
+    tokens = filler.clone()
+    marker = torch.full((batch_size, 1), NEEDLE_MARKER, dtype=torch.long)
+    needle_bytes = torch.cat([marker, keys], dim=1)  # (batch, needle)
+    rows = torch.arange(batch_size)[:, None]
+    tokens[rows, depth[:, None] + torch.arange(needle)[None, :]] = needle_bytes
+    tokens[:, length - needle :] = needle_bytes
+    return tokens, depth

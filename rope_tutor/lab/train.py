@@ -1,0 +1,99 @@
+"""Training loop of the lab: AdamW, linear warm-up then cosine decay, gradient clipping.
+
+Part V. Deterministic on a given machine: the caller seeds everything and pins the thread count
+(``rope_tutor.seed_everything``), batches come from a function of the step number only, there
+is no dropout and no data-loader worker. A ``tqdm`` bar shows progress on stderr.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+__all__ = ["TrainConfig", "learning_rate", "train"]
+
+#: ``step -> (inputs, targets, weights)``: int64 ``(batch, seq)`` inputs and targets, and either
+#: ``None`` (every target counts) or float ``(batch, seq)`` weights of each target in the loss.
+BatchFunction = Callable[[int], tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimiser settings. ``lr`` is the peak rate, reached after ``warmup_steps``."""
+
+    steps: int = 600
+    batch_size: int = 32
+    lr: float = 2e-3
+    warmup_steps: int = 50
+    final_lr_fraction: float = 0.1
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = 1.0
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def learning_rate(step: int, config: TrainConfig) -> float:
+    """Linear warm-up to ``lr`` over ``warmup_steps``, then cosine decay to
+    ``final_lr_fraction * lr`` at the last step."""
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    span = max(1, config.steps - config.warmup_steps - 1)
+    progress = min(1.0, (step - config.warmup_steps) / span)
+    floor = config.final_lr_fraction
+    return config.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def train(
+    model: torch.nn.Module,
+    batch_fn: BatchFunction,
+    config: TrainConfig,
+    *,
+    description: str = "train",
+    progress: bool = True,
+) -> list[float]:
+    """Train ``model`` in place for ``config.steps`` steps; return the loss of every step.
+
+    Weight decay applies to matrices only (not to LayerNorm gains or biases). The loss is the
+    mean cross-entropy over targets, weighted by ``weights`` when ``batch_fn`` gives them.
+    """
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": config.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=config.lr,
+        betas=config.betas,
+    )
+    model.train()
+    losses = []
+    bar = tqdm(range(config.steps), desc=description, disable=not progress, mininterval=2.0)
+    for step in bar:
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, config)
+        inputs, targets, weights = batch_fn(step)
+        logits = model(inputs)
+        per_target = F.cross_entropy(
+            logits.flatten(0, 1), targets.flatten(), reduction="none"
+        ).view_as(targets)
+        loss = (
+            per_target.mean() if weights is None else (per_target * weights).sum() / weights.sum()
+        )
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        losses.append(loss.item())
+        if step % 20 == 0:
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    model.eval()
+    return losses

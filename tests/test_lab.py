@@ -1,0 +1,378 @@
+"""Tests of Part V, the lab (rope_tutor.lab): model, data, training schedule, evaluation, command.
+
+The slow test re-trains one arm of "Train short, test long" at the book's configuration and
+compares it with the numbers saved in book/data/lab/.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import rope_tutor as rt
+from rope_tutor.lab.data import fixed_target_windows, load_corpus, needle_batch, training_batches
+from rope_tutor.lab.evaluate import (
+    chunked_loss,
+    fixed_target_losses,
+    needle_accuracy,
+    per_position_loss,
+)
+from rope_tutor.lab.experiments import BOOK, extension_methods
+from rope_tutor.lab.model import ENCODINGS, ModelConfig, TinyLM, load_checkpoint, save_checkpoint
+from rope_tutor.lab.train import TrainConfig, learning_rate, train
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "book" / "data" / "lab"
+
+
+def make_model(encoding: str, *, num_layers: int = 2, context: int = 32, seed: int = 0) -> TinyLM:
+    torch.manual_seed(seed)
+    return TinyLM(
+        ModelConfig(encoding=encoding, num_layers=num_layers, dim=32, num_heads=2, context=context)
+    ).eval()
+
+
+def random_tokens(batch: int, seq: int, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, 256, (batch, seq), generator=torch.Generator().manual_seed(seed))
+
+
+# ----------------------------------------------------------------------------------------------
+# The model
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_changing_a_future_byte_never_changes_an_earlier_output(encoding: str) -> None:
+    model = make_model(encoding)
+    tokens = random_tokens(2, 32)
+    changed = tokens.clone()
+    changed[:, 20] = (changed[:, 20] + 1) % 256
+    with torch.no_grad():
+        before, after = model(tokens), model(changed)
+    assert torch.allclose(before[:, :20], after[:, :20], atol=1e-6, rtol=0)
+    assert not torch.allclose(before[:, 20:], after[:, 20:], atol=1e-4)  # the change is seen
+
+
+@pytest.mark.parametrize("encoding", [e for e in ENCODINGS if e != "none"])
+def test_each_encoding_gives_the_model_word_order(encoding: str) -> None:
+    # With one layer and no position encoding, the last output depends on the earlier bytes only
+    # as a set (attention is a weighted average over keys): swapping two of them changes nothing.
+    # Every position encoding must break this symmetry.
+    tokens = random_tokens(1, 24)
+    swapped = tokens.clone()
+    swapped[0, [3, 10]] = tokens[0, [10, 3]]
+    with torch.no_grad():
+        nope = make_model("none", num_layers=1)
+        assert torch.allclose(nope(tokens)[0, -1], nope(swapped)[0, -1], atol=1e-5)
+        model = make_model(encoding, num_layers=1)
+        assert not torch.allclose(model(tokens)[0, -1], model(swapped)[0, -1], atol=1e-4)
+
+
+def test_learned_table_cannot_run_past_its_size() -> None:
+    model = make_model("learned", context=32)
+    with torch.no_grad():
+        model(random_tokens(1, 32))  # fits
+        with pytest.raises(IndexError, match="max_positions=32"):
+            model(random_tokens(1, 33))
+
+
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        {"rope_type": "default"},
+        {"rope_type": "linear", "factor": 1.0},
+        {"rope_type": "ntk", "factor": 1.0},
+        {"rope_type": "yarn", "factor": 1.0, "original_max_position_embeddings": 32},
+        # dynamic NTK is plain RoPE up to its window, whatever the factor
+        {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 64},
+    ],
+)
+def test_rope_scaling_at_factor_one_is_the_identity(scaling: dict) -> None:
+    model = make_model("rope")
+    tokens = random_tokens(2, 64)
+    with torch.no_grad():
+        plain = model(tokens)
+        model.set_rope_scaling(scaling)
+        assert torch.equal(model(tokens), plain)
+
+
+def test_rope_scaling_changes_the_model_and_is_refused_without_rope() -> None:
+    model = make_model("rope")
+    tokens = random_tokens(1, 64)
+    with torch.no_grad():
+        plain = model(tokens)
+        model.set_rope_scaling({"rope_type": "linear", "factor": 4.0})
+        stretched = model(tokens)
+        model.set_rope_scaling(None)
+        assert torch.equal(model(tokens), plain)
+    assert not torch.allclose(stretched, plain, atol=1e-4)
+    with pytest.raises(ValueError, match="encoding='rope'"):
+        make_model("alibi").set_rope_scaling({"rope_type": "linear", "factor": 2.0})
+
+
+def test_position_interpolation_reads_position_m_as_m_over_s() -> None:
+    # Independent of the scaling code: PI with factor 2 rotates q and k at position m by the
+    # angles plain RoPE uses at m / 2, written here from the RoFormer formula.
+    head_dim, s = 8, 2.0
+    q = torch.randn(1, 1, 6, head_dim, dtype=torch.float64)
+    theta = 10000.0 ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    angles = (torch.arange(6, dtype=torch.float64)[:, None] / s) * theta  # (seq, d/2)
+    cos, sin = angles.cos().repeat(1, 2), angles.sin().repeat(1, 2)  # half layout
+    rotated = q * cos + torch.cat((-q[..., head_dim // 2 :], q[..., : head_dim // 2]), -1) * sin
+    rotary = rt.RotaryEmbedding(head_dim, scaling={"rope_type": "linear", "factor": s})
+    q_rot, _ = rotary(q, q, torch.arange(6))
+    assert torch.allclose(q_rot, rotated, atol=1e-12)
+
+
+def test_bad_configuration_is_refused_with_the_value() -> None:
+    with pytest.raises(ValueError, match="encoding="):
+        ModelConfig(encoding="t5")
+    with pytest.raises(ValueError, match="dim=30"):
+        ModelConfig(dim=30, num_heads=4)
+    with pytest.raises(ValueError, match="int64"):
+        make_model("none")(torch.zeros(1, 4))
+
+
+def test_checkpoint_round_trip_with_safetensors(tmp_path: Path) -> None:
+    model = make_model("rope")
+    path = tmp_path / "model.safetensors"
+    save_checkpoint(model, path)
+    loaded = load_checkpoint(path)
+    assert loaded.config == model.config
+    tokens = random_tokens(2, 40)
+    with torch.no_grad():
+        assert torch.equal(loaded(tokens), model(tokens))
+    # the file is plain tensors: safetensors can read it without any of our code
+    from safetensors.torch import load_file
+
+    assert set(load_file(str(path))) == set(model.state_dict())
+
+
+def test_checkpoint_of_another_shape_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "model.safetensors"
+    save_checkpoint(make_model("learned"), path)
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(str(path), framework="pt") as handle:
+        state = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118
+        config = json.loads(handle.metadata()["config"])
+    config["encoding"] = "none"  # metadata no longer matches the tensors (extra table)
+    save_file(state, str(path), metadata={"config": json.dumps(config)})
+    with pytest.raises(ValueError, match="does not hold the weights"):
+        load_checkpoint(path)
+
+
+# ----------------------------------------------------------------------------------------------
+# Data
+
+
+def test_corpus_is_sorted_split_by_file_and_checksummed(tmp_path: Path) -> None:
+    import hashlib
+    import zlib
+
+    for i in range(40):
+        (tmp_path / f"m{i:02d}.py").write_text(f"x{i} = {i}\n" * 5)
+    (tmp_path / "site-packages").mkdir()
+    (tmp_path / "site-packages" / "zz.py").write_text("never read\n")
+    corpus = load_corpus(300, 60, root=tmp_path)
+    files = sorted(tmp_path.glob("m*.py"))
+    validation = [f for f in files if zlib.crc32(f.name.encode()) % 10 == 0]
+    expected_train = b"".join(f.read_bytes() for f in files if f not in validation)
+    expected_validation = b"".join(f.read_bytes() for f in validation)
+    assert bytes(corpus.train.tolist()) == expected_train[:300]
+    assert bytes(corpus.validation.tolist()) == expected_validation[:60]
+    assert corpus.train_sha256 == hashlib.sha256(expected_train[:300]).hexdigest()
+    with pytest.raises(RuntimeError, match="too little"):
+        load_corpus(10**6, 60, root=tmp_path)
+    with pytest.raises(ValueError, match="train_bytes=0"):
+        load_corpus(0, 60, root=tmp_path)
+
+
+def test_data_order_depends_only_on_the_seed() -> None:
+    data = torch.arange(1000, dtype=torch.uint8)
+    first = training_batches(data, 4, 16, 10, seed=3)
+    assert torch.equal(first, training_batches(data, 4, 16, 10, seed=3))
+    assert not torch.equal(first, training_batches(data, 4, 16, 10, seed=4))
+    assert int(first.max()) + 17 <= 1000  # every window fits
+
+
+def test_needle_sequences_hide_the_key_once_and_ask_for_it_at_the_end() -> None:
+    tokens, depth = needle_batch(16, 64, 4, torch.Generator().manual_seed(0))
+    assert tokens.shape == (16, 64)
+    for row, start in zip(tokens, depth.tolist(), strict=True):
+        text = bytes(row.tolist()).decode()
+        key = text[-4:]
+        assert text[-5] == "=" and key.isupper() and len(set(key)) == 4
+        assert text[start : start + 5] == "=" + key
+        assert text.count("=") == 2  # the needle and the question, nothing else
+    assert sorted(set(depth.tolist())) != [int(depth[0])]  # depths vary
+    with pytest.raises(ValueError, match="too short"):
+        needle_batch(1, 9, 4, torch.Generator())
+
+
+# ----------------------------------------------------------------------------------------------
+# Training schedule and evaluation protocols
+
+
+def test_learning_rate_warms_up_linearly_then_decays_by_cosine() -> None:
+    config = TrainConfig(steps=110, lr=1.0, warmup_steps=10, final_lr_fraction=0.1)
+    assert learning_rate(0, config) == pytest.approx(0.1)
+    assert learning_rate(9, config) == pytest.approx(1.0)
+    assert learning_rate(10, config) == pytest.approx(1.0)
+    middle = 10 + (110 - 10 - 1) / 2
+    assert learning_rate(int(middle), config) == pytest.approx(
+        0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * int(middle - 10) / 99))
+    )
+    assert learning_rate(109, config) == pytest.approx(0.1)
+
+
+def test_training_is_deterministic_and_lowers_the_loss() -> None:
+    offsets = random_tokens(64, 1)
+    tokens = 97 + (torch.arange(17)[None, :] + offsets) % 7  # "abcdefgabc..." from random starts
+
+    def batch(step: int):
+        rows = tokens[(4 * step) % 64 : (4 * step) % 64 + 4]
+        return rows[:, :-1], rows[:, 1:], None
+
+    config = TrainConfig(steps=12, batch_size=4, lr=3e-3, warmup_steps=2)
+    runs = []
+    for _ in range(2):
+        model = make_model("rope", context=16)
+        runs.append(train(model, batch, config, progress=False))
+    assert runs[0] == runs[1]
+    assert runs[0][-1] < runs[0][0]
+
+
+def test_fixed_target_protocol_scores_the_same_bytes_with_more_context() -> None:
+    model = make_model("alibi")
+    data = torch.randint(0, 256, (2000,), generator=torch.Generator().manual_seed(0))
+    windows = fixed_target_windows(data.to(torch.uint8), 3, 64, seed=5)
+    result = fixed_target_losses(model, windows, [16, 64], targets=16)
+    # with context == targets, the score is the mean loss of a 16-byte window from scratch
+    curve = per_position_loss(model, windows[:, -17:])
+    assert result[16][0] == pytest.approx(curve.mean().item(), rel=1e-6)
+    assert set(result) == {16, 64}
+    with pytest.raises(ValueError, match="contexts"):
+        fixed_target_losses(model, windows, [8], targets=16)
+
+
+def test_chunked_protocol_cuts_the_stream_into_non_overlapping_chunks() -> None:
+    model = make_model("alibi")
+    data = torch.randint(0, 256, (600,), generator=torch.Generator().manual_seed(0))
+    whole = chunked_loss(model, data, 256, 512)
+    first = per_position_loss(model, data[:257].long()[None]).mean().item()
+    second = per_position_loss(model, data[256:513].long()[None]).mean().item()
+    assert whole == pytest.approx((first + second) / 2, rel=1e-6)
+    with pytest.raises(ValueError, match="multiple"):
+        chunked_loss(model, data, 100, 512)
+
+
+class InductionOracle(torch.nn.Module):
+    """Solves the needle task by the rule written out: at each position, find the previous
+    occurrence of the current byte and predict the byte that followed it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dummy = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        logits = torch.zeros(*tokens.shape, 256)
+        for b, row in enumerate(tokens.tolist()):
+            for t, byte in enumerate(row):
+                earlier = [j for j in range(t) if row[j] == byte]
+                if earlier:
+                    logits[b, t, row[earlier[-1] + 1]] = 1.0
+        return logits
+
+
+def test_needle_accuracy_scores_the_key_after_the_cue() -> None:
+    oracle = InductionOracle()
+    for cue in (0, 1):
+        result = needle_accuracy(oracle, 48, 12, 5, seed=0, cue=cue)
+        assert result["exact_match"] == 1.0 and result["per_letter"] == 1.0
+    constant = make_model("none")  # an untrained model almost never retrieves a 4-letter key
+    assert needle_accuracy(constant, 48, 12, 5, seed=0, cue=1)["exact_match"] < 0.2
+    with pytest.raises(ValueError, match="cue"):
+        needle_accuracy(oracle, 48, 2, 5, seed=0, cue=5)
+
+
+def test_static_methods_use_one_factor_and_yarn_beta_is_rescaled_to_the_window() -> None:
+    methods = extension_methods(BOOK)
+    assert methods["rope"] is None
+    assert {methods[m]["factor"] for m in ("pi", "ntk", "yarn_paper_beta")} == {4.0}
+    assert methods["yarn_paper_beta"]["beta_fast"] == 32.0
+    assert methods["yarn_rescaled_beta"]["beta_fast"] == 32.0 * 128 / 4096
+    assert methods["dynamic_ntk"]["original_max_position_embeddings"] == 128
+
+
+# ----------------------------------------------------------------------------------------------
+# Saved results and the command line
+
+
+def run_lab(*args: str, timeout: int) -> None:
+    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
+    subprocess.run(
+        [sys.executable, "-m", "rope_tutor.lab", *args, "--no-progress"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        timeout=timeout,
+    )
+
+
+def test_saved_results_carry_provenance_and_sanity_checks() -> None:
+    summary = json.loads((DATA / "summary.json").read_text())
+    for key in ("rope_tutor", "torch", "threads", "train_sha256", "seed", "steps"):
+        assert key in summary["provenance"]
+    assert summary["provenance"]["threads"] == 2
+    assert summary["arms"]["learned"]["2"] is None  # a learned table cannot run past T
+    extend = json.loads((DATA / "extend_rope.json").read_text())
+    assert extend["sanity"]["pi_factor_1_equals_rope"] is True
+    needle = json.loads((DATA / "needle.json").read_text())
+    for arm in needle["arms"].values():
+        if "in_window" in arm:  # a length sweep is only reported once retrieval is learned
+            assert ("sweep" in arm) == (arm["in_window"]["exact_match"] >= 0.95)
+
+
+@pytest.mark.slow
+def test_quick_configuration_runs_every_experiment(tmp_path: Path) -> None:
+    run_lab("all", "--quick", "--out", str(tmp_path), timeout=600)
+    names = {p.name for p in tmp_path.iterdir()}
+    assert {"train_short_test_long.json", "extend_rope.json", "needle.json"} <= names
+    assert {"summary.json", "rope.safetensors"} <= names
+    extend = json.loads((tmp_path / "extend_rope.json").read_text())
+    assert extend["sanity"]["pi_factor_1_equals_rope"] is True
+
+
+#: Same machine and torch build: bitwise equal. Another CPU (a different vector unit) changes the
+#: last bits of reductions, which 500 training steps amplify; 0.02 nats is well below every gap
+#: the chapter interprets (the smallest, between arms in window, is about 0.05 nats).
+TOLERANCE = 0.02
+
+
+@pytest.mark.slow
+def test_rope_arm_reproduces_the_saved_numbers(tmp_path: Path) -> None:
+    saved = json.loads((DATA / "train_short_test_long.json").read_text())
+    corpus = load_corpus(BOOK.train_bytes, BOOK.validation_bytes)
+    if corpus.train_sha256 != saved["provenance"]["train_sha256"]:
+        pytest.skip(
+            "this Python's standard library differs from the one the book was trained on "
+            f"(Python {corpus.python_version} here, {saved['provenance']['python_version']} "
+            "in book/data/lab): the corpus checksum does not match, so the numbers cannot"
+        )
+    run_lab("arm", "--encoding", "rope", "--out", str(tmp_path), timeout=900)
+    fresh = json.loads((tmp_path / "arm_rope.json").read_text())
+    book = saved["arms"]["rope"]
+    for multiple, value in book["fixed_target"].items():
+        assert fresh["fixed_target"][multiple]["mean"] == pytest.approx(
+            value["mean"], abs=TOLERANCE
+        )
+    for multiple, value in book["chunked"].items():
+        assert fresh["chunked"][multiple] == pytest.approx(value, abs=TOLERANCE)
