@@ -51,9 +51,7 @@ def toc_notebooks() -> list[str]:
 
 def pytest_configure(config: pytest.Config) -> None:
     # `make test` runs plain `pytest`: the default testpaths, so every notebook must be collected.
-    config.stash[FULL_RUN] = not config.args or sorted(config.args) == sorted(
-        str(ROOT / p) for p in config.getini("testpaths")
-    )
+    config.stash[FULL_RUN] = config.args_source == pytest.Config.ArgsSource.TESTPATHS
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
