@@ -95,10 +95,10 @@ class LabSettings:
         )
     )
     needle_encodings: tuple[str, ...] = ("rope",)
-    needle_key_length: int = 4
+    needle_key_length: int = 3
     needle_cue: int = 0
     needle_train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(steps=2400, batch_size=32, lr=3e-3, warmup_steps=30)
+        default_factory=lambda: TrainConfig(steps=3000, batch_size=32, lr=3e-3, warmup_steps=30)
     )
     needle_multiples: tuple[int, ...] = (1, 2, 4, 8)
     needle_samples: int = 100
