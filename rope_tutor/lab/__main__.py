@@ -52,12 +52,19 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--out", type=Path, default=None, help=f"output folder ({DATA_DIR})")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     parser.add_argument("--encoding", choices=ENCODINGS, default="rope", help="for 'arm'")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=rt.runtime.DEFAULT_THREADS,
+        help="torch threads (default %(default)s); reductions depend on it, so results are "
+        "bit-identical only at the thread count recorded in a file's provenance",
+    )
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else BOOK
     out_dir = args.out if args.out is not None else DATA_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
     progress = not args.no_progress
-    rt.seed_everything(0)  # pins the thread count (2) before anything is computed
+    rt.seed_everything(0, threads=args.threads)  # pins the thread count before any computation
 
     timings = {}
     start = time.perf_counter()
