@@ -349,6 +349,24 @@ def test_quick_configuration_runs_every_experiment(tmp_path: Path) -> None:
     assert {"summary.json", "rope.safetensors"} <= names
     extend = json.loads((tmp_path / "extend_rope.json").read_text())
     assert extend["sanity"]["pi_factor_1_equals_rope"] is True
+    for name, subcommand in WRITTEN_BY.items():  # provenance names the reproducing subcommand
+        written = json.loads((tmp_path / name).read_text())["provenance"]["command"]
+        assert written == f"python -m rope_tutor.lab {subcommand}", (name, written)
+
+
+#: The subcommand that writes each saved file (``all`` runs every one of them).
+WRITTEN_BY = {
+    "train_short_test_long.json": "train-short-test-long",
+    "summary.json": "train-short-test-long",
+    "extend_rope.json": "extend",
+    "needle.json": "passkey",
+}
+
+
+def test_saved_results_name_the_subcommand_that_reproduces_them() -> None:
+    for name, subcommand in WRITTEN_BY.items():
+        saved = json.loads((DATA / name).read_text())["provenance"]["command"]
+        assert saved == f"python -m rope_tutor.lab {subcommand}", (name, saved)
 
 
 #: Same machine and torch build: bitwise equal. Another CPU (a different vector unit) changes the

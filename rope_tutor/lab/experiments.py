@@ -133,8 +133,11 @@ QUICK = replace(
 )
 
 
-def provenance(settings: LabSettings, corpus: Corpus | None, **extra: Any) -> dict[str, Any]:
-    """What produced a number: versions, threads, seeds, steps and the corpus checksums."""
+def provenance(
+    settings: LabSettings, corpus: Corpus | None, command: str, **extra: Any
+) -> dict[str, Any]:
+    """What produced a number: versions, threads, seeds, steps, the corpus checksums, and the
+    subcommand that re-creates the file (``all`` runs every subcommand)."""
     record = {
         "rope_tutor": rt.__version__,
         "torch": torch.__version__,
@@ -142,7 +145,7 @@ def provenance(settings: LabSettings, corpus: Corpus | None, **extra: Any) -> di
         "machine": platform.machine(),
         "threads": torch.get_num_threads(),
         "settings": settings.name,
-        "command": "python -m rope_tutor.lab all",
+        "command": f"python -m rope_tutor.lab {command}",
     }
     if corpus is not None:
         record.update(corpus.provenance())
@@ -251,6 +254,7 @@ def run_arm(
     result["provenance"] = provenance(
         settings,
         corpus,
+        f"arm --encoding {encoding}",
         seed=settings.pretrain.seed,
         steps=settings.pretrain.steps,
         train=settings.pretrain.to_dict(),
@@ -284,6 +288,7 @@ def train_short_test_long(
         "provenance": provenance(
             settings,
             corpus,
+            "train-short-test-long",
             seed=settings.pretrain.seed,
             steps=settings.pretrain.steps,
             train=settings.pretrain.to_dict(),
@@ -430,6 +435,7 @@ def extend_rope(
         "provenance": provenance(
             settings,
             corpus,
+            "extend",
             seed=settings.pretrain.seed,
             steps=settings.pretrain.steps,
             finetune=settings.finetune.to_dict(),
@@ -560,6 +566,7 @@ def find_the_needle(
         "provenance": provenance(
             settings,
             None,
+            "passkey",
             seed=settings.needle_train.seed,
             steps=settings.needle_train.steps,
             train=settings.needle_train.to_dict(),
