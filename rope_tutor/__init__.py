@@ -5,7 +5,7 @@ that stretch a RoPE model's context window, each verified against its paper and 
 implementations. Every public name is introduced in a chapter of the book.
 """
 
-from rope_tutor import exercises
+from rope_tutor import exercises, results
 from rope_tutor.attention import SelfAttention, attention, causal_mask
 from rope_tutor.runtime import get_device, notebook_setup, seed_everything, use_book_style
 

@@ -27,8 +27,9 @@ from rope_tutor.bench import (
     summarize,
 )
 from rope_tutor.rope import apply_rope, rope_matrix
+from rope_tutor.results import RESULTS_DIR
 
-SAVED = sorted((Path(__file__).parents[1] / "book" / "data" / "bench").glob("*.json"))
+SAVED = sorted((RESULTS_DIR / "bench").glob("*.json"))
 ANCHORS = {"copy_", "clone"}
 FORM_NAMES = {
     "copy_",
@@ -177,7 +178,7 @@ def test_runs_on_cuda() -> None:
 
 
 def test_saved_results_exist() -> None:
-    assert SAVED, "run the benchmark with --out book/data/bench/<name>.json"
+    assert SAVED, "run the benchmark with --out rope_tutor/results/bench/<name>.json"
 
 
 @pytest.mark.parametrize("path", SAVED, ids=lambda p: p.name)

@@ -1,7 +1,7 @@
 """Tests of Part V, the lab (rope_tutor.lab): model, data, training schedule, evaluation, command.
 
 The slow test re-trains one arm of "Train short, test long" at the book's configuration and
-compares it with the numbers saved in book/data/lab/.
+compares it with the numbers saved in rope_tutor/results/lab/.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from rope_tutor.lab.evaluate import (
 from rope_tutor.lab.experiments import BOOK, extension_methods
 from rope_tutor.lab.model import ENCODINGS, ModelConfig, TinyLM, load_checkpoint, save_checkpoint
 from rope_tutor.lab.train import TrainConfig, learning_rate, train
+from rope_tutor.results import RESULTS_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "book" / "data" / "lab"
+DATA = RESULTS_DIR / "lab"
 
 
 def make_model(encoding: str, *, num_layers: int = 2, context: int = 32, seed: int = 0) -> TinyLM:
@@ -383,7 +384,7 @@ def test_rope_arm_reproduces_the_saved_numbers(tmp_path: Path) -> None:
         pytest.skip(
             "this Python's standard library differs from the one the book was trained on "
             f"(Python {corpus.python_version} here, {saved['provenance']['python_version']} "
-            "in book/data/lab): the corpus checksum does not match, so the numbers cannot"
+            "in rope_tutor/results/lab): the corpus checksum does not match, so the numbers cannot"
         )
     run_lab("arm", "--encoding", "rope", "--out", str(tmp_path), timeout=900)
     fresh = json.loads((tmp_path / "arm_rope.json").read_text())

@@ -1,7 +1,8 @@
 """Part V, the lab: tiny byte-level language models trained short and tested long.
 
 ``python -m rope_tutor.lab all`` reproduces every number of chapters "Train short, test long",
-"Extending a trained RoPE model" and "Finding the needle" into ``book/data/lab/``.
+"Extending a trained RoPE model" and "Finding the needle" into the package's saved results
+(``rope_tutor/results/lab/``, read back with :func:`load_results`).
 Readers import it as ``from rope_tutor import lab``.
 """
 

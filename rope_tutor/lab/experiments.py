@@ -38,6 +38,8 @@ from rope_tutor.lab.evaluate import (
 )
 from rope_tutor.lab.model import ENCODINGS, ModelConfig, TinyLM, load_checkpoint, save_checkpoint
 from rope_tutor.lab.train import TrainConfig, train
+from rope_tutor.results import RESULTS_DIR
+from rope_tutor.results import load as load_saved
 
 __all__ = [
     "LabSettings",
@@ -53,8 +55,9 @@ __all__ = [
     "load_results",
 ]
 
-#: Where the book keeps the lab's results.
-DATA_DIR = Path(__file__).resolve().parents[2] / "book" / "data" / "lab"
+#: Where the lab's results are saved: package data, so the chapters find them wherever the package
+#: is installed (``rope_tutor.results.load("lab/…")``).
+DATA_DIR = RESULTS_DIR / "lab"
 
 
 @dataclass(frozen=True)
@@ -620,16 +623,18 @@ def load_corpus_for(settings: LabSettings) -> Corpus:
 
 
 def load_results(name: str, data_dir: Path | None = None) -> dict[str, Any]:
-    """A saved result file of the lab, e.g. ``load_results("summary.json")``, as a dict.
+    """A result file of the lab, e.g. ``load_results("summary.json")``, as a dict.
 
-    Looks in ``book/data/lab`` of the repository this package was installed from. Raises
-    ``FileNotFoundError`` with what to do when the file is absent (a ``pip`` install without the
-    book: clone the repository, or regenerate the file with ``python -m rope_tutor.lab all``).
+    Without ``data_dir`` it reads the results saved with the package
+    (``rope_tutor.results.load("lab/" + name)``), so it works from any installation; with
+    ``data_dir`` it reads ``data_dir / name`` (the ``--out`` folder of a run of your own). Raises
+    ``FileNotFoundError`` naming the missing file.
     """
-    path = (data_dir if data_dir is not None else DATA_DIR) / name
-    if not path.exists():
+    if data_dir is None:
+        return load_saved(f"lab/{name}")
+    path = Path(data_dir) / name
+    if not path.is_file():
         raise FileNotFoundError(
-            f"{path} not found: the lab's results live in the book's repository "
-            "(book/data/lab); clone it, or run `python -m rope_tutor.lab all --out DIR`"
+            f"{path} not found: write it with `python -m rope_tutor.lab all --out {data_dir}`"
         )
     return json.loads(path.read_text(encoding="utf-8"))
