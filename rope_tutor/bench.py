@@ -7,7 +7,8 @@ returns a new tensor). Run it from the repository root::
 
     python -m rope_tutor.bench          # q of shape (1, 32, 4096, 128), float32 and bfloat16
     python -m rope_tutor.bench --quick  # a small configuration, a few seconds
-    python -m rope_tutor.bench --alibi --threads 1 --out rope_tutor/results/bench/rope_cpu_1thread.json
+    python -m rope_tutor.bench --alibi --threads 1 \\
+        --out rope_tutor/results/bench/rope_cpu_1thread.json
 
 It prints the machine, a progress bar and one table per dtype: median time, effective bandwidth
 (bytes of the input read plus bytes of the output written, divided by the time), the ratios to

@@ -26,8 +26,8 @@ from rope_tutor.bench import (
     run_benchmark,
     summarize,
 )
-from rope_tutor.rope import apply_rope, rope_matrix
 from rope_tutor.results import RESULTS_DIR
+from rope_tutor.rope import apply_rope, rope_matrix
 
 SAVED = sorted((RESULTS_DIR / "bench").glob("*.json"))
 ANCHORS = {"copy_", "clone"}

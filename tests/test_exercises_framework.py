@@ -8,7 +8,15 @@ import pytest
 import torch
 
 from rope_tutor import exercises
-from rope_tutor.exercises import Case, Exercise, Mistake, check, compare_outputs, list_exercises
+from rope_tutor.exercises import (
+    Case,
+    Exercise,
+    Mistake,
+    check,
+    compare_outputs,
+    framework,
+    list_exercises,
+)
 
 
 def _doubled(x: torch.Tensor) -> torch.Tensor:
@@ -36,7 +44,7 @@ TOY = Exercise(
 @pytest.fixture
 def toy(monkeypatch: pytest.MonkeyPatch) -> Exercise:
     """TOY in the registry for one test only (the registry is process-wide)."""
-    monkeypatch.setitem(exercises._REGISTRY, TOY.name, TOY)
+    monkeypatch.setitem(framework._REGISTRY, TOY.name, TOY)
     return TOY
 
 

@@ -13,7 +13,7 @@ import torch
 
 from rope_tutor.absolute import sinusoidal_encoding, sinusoidal_relative_map
 from rope_tutor.attention import attention
-from rope_tutor.exercises import Case, Exercise, Mistake, register
+from rope_tutor.exercises.framework import Case, Exercise, Mistake, register
 
 # ---------------------------------------------------------------------------------------------
 # attention (chapter "Why position?")

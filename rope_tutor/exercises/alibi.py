@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 
 from rope_tutor.alibi import alibi_bias, alibi_slopes
-from rope_tutor.exercises import Case, Exercise, Mistake, register
+from rope_tutor.exercises.framework import Case, Exercise, Mistake, register
 
 
 def _geometric_slopes(num_heads: int, first: int) -> torch.Tensor:

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from rope_tutor.exercises import Case, Exercise, Mistake, register
+from rope_tutor.exercises.framework import Case, Exercise, Mistake, register
 from rope_tutor.rope import (
     apply_rope,
     half_to_interleaved_permutation,

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from rope_tutor.exercises import Case, Exercise, Mistake, register
+from rope_tutor.exercises.framework import Case, Exercise, Mistake, register
 from rope_tutor.scaling import ntk_scaled_base, rope_parameters, yarn_mscale, yarn_ramp
 
 # --- Position Interpolation ------------------------------------------------------------------
