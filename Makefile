@@ -1,6 +1,8 @@
 # rope-tutor: one command builds the website, one runs every test.
-#   make book   - set up .venv, execute every notebook, build the HTML site into _build/html
-#   make test   - set up .venv, then ruff + pytest (unit tests, nbval on every notebook, site checks)
+#   make book   - set up .venv, build the HTML site into _build/html from the notebooks' stored outputs
+#   make test   - set up .venv, then ruff + pytest: unit tests, every chapter executed under strict
+#                 nbval from the installed wheel in an empty folder, site and browser checks
+#   make quick  - the inner loop: ruff, the fast unit tests and one notebook (QUICK_NB=...)
 #   make lab    - JupyterLab in the same environment, opened at book/
 #   make execute NB=book/03_sinusoidal.ipynb - re-run one notebook and store its outputs in place
 
@@ -9,8 +11,15 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.rope-tutor-installed
 JB_FLAGS := --builder html -W -n --keep-going
+# Where `make test` installs the wheel and copies each chapter alone into an empty folder.
+READER := _build/reader
+# The notebook `make quick` runs (override: make quick QUICK_NB=book/<chapter>.ipynb).
+QUICK_NB ?= book/05_rope_in_practice.ipynb
+# JupyterLab refuses to start as root unless told to (every Docker user is root).
+LAB_ARGS ?=
+ROOT_ARGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: book test lab execute lint clean browser
+.PHONY: book test quick lab execute lint clean browser reader
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,21 +31,44 @@ book: $(STAMP)
 	$(BIN)/jupyter-book build . $(JB_FLAGS)
 	@echo "The book is built: open _build/html/index.html in a browser (works offline)."
 
-# The browser test (tests/test_browser.py) drives Debian's Chromium through its ChromeDriver (the
-# browser downloads of automation libraries do not work offline). Installed once, as root or via sudo.
+# The browser test (tests/test_browser.py) drives Chromium (or Chrome) through its ChromeDriver, found
+# on the PATH (CHROMIUM=/path and CHROMEDRIVER=/path override). The browser downloads of automation
+# libraries do not work offline, so the browser is the system's. On Debian, as root, this target
+# installs Debian's packages; anywhere else it stops and says what to install. It never uses sudo.
 browser:
-	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null; then SUDO=sudo; \
-	  else echo "make test needs Debian's chromium and chromium-driver packages: install them as root" >&2; exit 1; fi; \
-	  $$SUDO apt-get update -q && \
-	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium chromium-driver; }
+	@$(BIN)/python tests/browser_binaries.py >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && [ -f /etc/debian_version ]; then \
+	    apt-get update -q && \
+	    env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+	      chromium chromium-driver; \
+	  else $(BIN)/python tests/browser_binaries.py; exit 1; fi; }
 
-test: $(STAMP) browser
+# A reader's installation: the package built as a wheel and installed (not editable) into its own
+# folder, and each chapter copied alone into an empty folder, as on Colab.
+reader: $(STAMP)
+	rm -rf $(READER) build
+	$(BIN)/python -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+		--wheel-dir $(READER)/dist .
+	rm -rf build
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-index \
+		--target $(READER)/site $(READER)/dist/*.whl
+	for nb in book/*.ipynb; do \
+	  name=$$(basename $$nb .ipynb); mkdir -p $(READER)/chapters/$$name; \
+	  cp $$nb $(READER)/chapters/$$name/; done
+
+# One pytest run: unit tests, strict nbval on the reader's copies of every chapter (each notebook
+# executes exactly once), and the site built from the outputs nbval has just verified.
+test: $(STAMP) browser reader
 	$(BIN)/ruff check rope_tutor tests book
-	$(BIN)/python -m pytest
+	ROPE_TUTOR_FULL_RUN=1 ROPE_TUTOR_READER_SITE=$(abspath $(READER)/site) \
+	  PYTHONPATH=$(abspath $(READER)/site) $(BIN)/python -m pytest tests $(READER)/chapters
+
+quick: $(STAMP)
+	$(BIN)/ruff check rope_tutor tests book
+	$(BIN)/python -m pytest -m "not slow" tests $(QUICK_NB)
 
 lab: $(STAMP)
-	$(BIN)/jupyter lab --notebook-dir=book
+	$(BIN)/jupyter lab --notebook-dir=book $(ROOT_ARGS) $(LAB_ARGS)
 
 execute: $(STAMP)
 	@test -n "$(NB)" || (echo "usage: make execute NB=book/<chapter>.ipynb" && exit 2)

@@ -46,4 +46,4 @@ from rope_tutor.scaling import (
     yarn_ramp,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

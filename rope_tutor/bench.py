@@ -33,7 +33,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any, TextIO
@@ -385,7 +385,7 @@ def run_benchmark(
     if rounds < 1 or warmup < 0:
         raise ValueError(f"need rounds >= 1 and warmup >= 0, got rounds={rounds}, warmup={warmup}")
     device = torch.device(device) if device is not None else get_device()
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     facts_before = machine_facts(device)
     results: dict[str, Any] = {"dtypes": {}}
     for dtype_name in dtypes:
@@ -426,7 +426,7 @@ def run_benchmark(
     }
     results["provenance"] = {
         "started_utc": started.isoformat(timespec="seconds"),
-        "seconds": round((datetime.now(timezone.utc) - started).total_seconds(), 1),
+        "seconds": round((datetime.now(UTC) - started).total_seconds(), 1),
         "machine": facts_before,
         "load_average_after": machine_facts(device)["load_average_1_5_15_min"],
         "method": (

@@ -9,10 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
+from sphinx_external_toc.parsing import parse_toc_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 COLLECTED_NOTEBOOKS = pytest.StashKey[set[str]]()
+#: For each collected notebook, the other files in its folder when it was collected.
+NOTEBOOK_NEIGHBOURS = pytest.StashKey[dict[str, list[str]]]()
 FULL_RUN = pytest.StashKey[bool]()
 SITE = ROOT / "_build" / "html"
 #: Development only: the path of a site already built (for example a partial build with a toc of
@@ -21,22 +23,22 @@ PREBUILT_SITE_VARIABLE = "ROPE_TUTOR_PREBUILT_SITE"
 
 
 def toc_files() -> list[str]:
-    """Every file named in _toc.yml (root included), as paths relative to the repository root,
-    with the suffix of the file that exists (.ipynb or .md)."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    names = [toc["root"]]
+    """Every file named in _toc.yml (root included), in reading order, as paths relative to the
+    repository root with the suffix of the file that exists (.ipynb or .md).
 
-    def walk(node: object) -> None:
-        if isinstance(node, dict):
-            if "file" in node:
-                names.append(node["file"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
+    The table of contents is read by ``sphinx_external_toc``, the parser Jupyter Book itself uses.
+    """
+    site_map = parse_toc_yaml(str(ROOT / "_toc.yml"))
+    names: list[str] = []
 
-    walk(toc.get("parts", toc.get("chapters", [])))
+    def walk(docname: str) -> None:
+        names.append(docname)
+        for subtree in site_map[docname].subtrees:
+            for item in subtree.items:
+                if isinstance(item, str):  # a document (not a URL or glob)
+                    walk(item)
+
+    walk(site_map.root.docname)
     resolved = []
     for name in names:
         matches = [ROOT / f"{name}{suffix}" for suffix in (".ipynb", ".md")]
@@ -49,22 +51,34 @@ def toc_notebooks() -> list[str]:
     return [name for name in toc_files() if name.endswith(".ipynb")]
 
 
+#: Set by `make test`: this run must execute every chapter of the table of contents.
+FULL_RUN_VARIABLE = "ROPE_TUTOR_FULL_RUN"
+#: Set by `make test`: the folder where the wheel of this package was installed (not editable).
+#: Notebooks then run from copies, each alone in an empty folder, against that installation.
+READER_SITE_VARIABLE = "ROPE_TUTOR_READER_SITE"
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    # `make test` runs plain `pytest`: the default testpaths, so every notebook must be collected.
-    config.stash[FULL_RUN] = config.args_source == pytest.Config.ArgsSource.TESTPATHS
+    # A plain `pytest` (the default testpaths) or `make test` must collect every notebook.
+    config.stash[FULL_RUN] = (
+        config.args_source == pytest.Config.ArgsSource.TESTPATHS
+        or os.environ.get(FULL_RUN_VARIABLE) == "1"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    config.stash[COLLECTED_NOTEBOOKS] = {
-        str(Path(item.path).resolve().relative_to(ROOT))
-        for item in items
-        if Path(item.path).suffix == ".ipynb"
+    # A chapter is known by its file name, whether nbval runs it in book/ or from a reader's copy.
+    notebooks = {Path(item.path) for item in items if Path(item.path).suffix == ".ipynb"}
+    config.stash[COLLECTED_NOTEBOOKS] = {f"book/{path.name}" for path in notebooks}
+    config.stash[NOTEBOOK_NEIGHBOURS] = {
+        str(path): sorted(p.name for p in path.parent.iterdir() if p != path) for path in notebooks
     }
 
 
 @pytest.fixture(scope="session")
 def built_site() -> Path:
-    """Build the book exactly as `make book` does (notebooks executed, cached by their code)."""
+    """Build the book exactly as `make book` does: from the notebooks' stored outputs, which strict
+    nbval verifies in the same run, so no notebook is executed a second time."""
     prebuilt = os.environ.get(PREBUILT_SITE_VARIABLE)
     if prebuilt:
         site = Path(prebuilt).resolve()
@@ -82,4 +96,5 @@ def built_site() -> Path:
     assert result.returncode == 0, f"the book build failed:\n{log[-6000:]}"
     warnings = [line for line in log.splitlines() if ": WARNING:" in line or ": ERROR:" in line]
     assert not warnings, "the book build printed warnings:\n" + "\n".join(warnings[:30])
+    assert "Executing" not in log, "the site build executed a notebook (it must use stored outputs)"
     return SITE

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 from conftest import COLLECTED_NOTEBOOKS, FULL_RUN, ROOT, toc_files, toc_notebooks
 
 
@@ -49,3 +51,46 @@ def test_notebook_is_committed_with_outputs_and_no_errors(notebook: str) -> None
         if o["output_type"] == "error"
     ]
     assert not errors, f"{notebook} has stored error outputs: {errors}"
+
+
+# --- stable addresses ---------------------------------------------------------------------------
+
+PUBLISHED = ROOT / "book" / "published_pages.txt"
+
+
+def published_pages() -> list[str]:
+    lines = PUBLISHED.read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def redirects() -> dict[str, str]:
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    return config["sphinx"]["config"].get("rope_tutor_redirects") or {}
+
+
+def test_every_page_is_recorded_as_published() -> None:
+    """A new page's address is recorded, so that a later rename cannot silently break it."""
+    pages = [name.rsplit(".", 1)[0] for name in toc_files()]
+    unrecorded = sorted(set(pages) - set(published_pages()))
+    assert not unrecorded, f"add these addresses to {PUBLISHED.relative_to(ROOT)}: {unrecorded}"
+
+
+def test_every_published_address_still_opens() -> None:
+    """Readers bookmark chapter addresses: each stays a page, or redirects to one."""
+    pages = {name.rsplit(".", 1)[0] for name in toc_files()}
+    moved = redirects()
+    broken = [
+        name
+        for name in published_pages()
+        if name not in pages and moved.get(name) not in pages
+    ]
+    assert not broken, (
+        f"published addresses that are no longer pages: {broken}; keep the file name, or add "
+        "`old: new` to rope_tutor_redirects in _config.yml"
+    )
+
+
+@pytest.mark.slow
+def test_every_published_address_has_a_page_in_the_site(built_site: Path) -> None:
+    missing = [name for name in published_pages() if not (built_site / f"{name}.html").exists()]
+    assert not missing, f"no page at these published addresses: {missing}"

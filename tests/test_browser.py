@@ -1,9 +1,10 @@
 """The website in a real browser, offline: every page of the book opened in headless Chromium.
 
-The built site is served on 127.0.0.1 (an ephemeral port) and opened in Debian's Chromium, driven by
-its ChromeDriver through selenium (both at fixed paths: nothing is downloaded). Chromium cannot
-resolve any host but 127.0.0.1, and every request it makes is recorded from the DevTools network
-events. For each page of the table of contents the test checks that
+The built site is served on 127.0.0.1 (an ephemeral port) and opened in the system's Chromium or
+Chrome, driven by its ChromeDriver through selenium (found by ``browser_binaries``: nothing is
+downloaded). Chromium cannot resolve any host but 127.0.0.1, and every request it makes is
+recorded from the DevTools network events. For each page of the table of contents the test
+checks that
 
 * nothing is logged as an error on the console, and no request fails or leaves the site;
 * every image loads and has alt text, and every figure is opaque (legible on the dark theme);
@@ -32,10 +33,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from browser_binaries import INSTALL, find_browser
 from conftest import ROOT, toc_files
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 REPOSITORY = "https://github.com/rope-tutor/rope-tutor"
 COLAB = "https://colab.research.google.com/github/rope-tutor/rope-tutor/blob/main/"
@@ -65,16 +65,13 @@ def site_url(built_site: Path) -> Iterator[str]:
 
 def start_chromium(profile: str) -> Any:
     """Headless Chromium that can reach 127.0.0.1 only, with console and network logging on."""
-    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
-    assert not missing, (
-        f"{missing} not found: the browser test needs Debian's chromium and chromium-driver "
-        "packages (`make test` installs them; or apt-get install chromium chromium-driver)"
-    )
+    chromium, chromedriver = find_browser()
+    assert chromium is not None and chromedriver is not None, INSTALL
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
+    options.binary_location = str(chromium)
     for flag in (
         "--headless",
         "--no-sandbox",
@@ -96,7 +93,7 @@ def start_chromium(profile: str) -> Any:
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     # The driver's path is given, so selenium never runs selenium-manager (which downloads).
-    driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
+    driver = webdriver.Chrome(service=Service(executable_path=str(chromedriver)), options=options)
     driver.set_page_load_timeout(60)
     driver.set_script_timeout(60)
     return driver

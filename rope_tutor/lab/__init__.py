@@ -2,7 +2,7 @@
 
 ``python -m rope_tutor.lab all`` reproduces every number of chapters "Train short, test long",
 "Extending a trained RoPE model" and "Finding the needle" into the package's saved results
-(``rope_tutor/results/lab/``, read back with :func:`load_results`).
+(``rope_tutor/results/lab/``, read back with ``load_results``).
 Readers import it as ``from rope_tutor import lab``.
 """
 
