@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import COLLECTED_NOTEBOOKS, FULL_RUN, ROOT, toc_files, toc_notebooks
+
+import rope_tutor
 
 
 def test_every_toc_entry_exists() -> None:
@@ -94,3 +97,19 @@ def test_every_published_address_still_opens() -> None:
 def test_every_published_address_has_a_page_in_the_site(built_site: Path) -> None:
     missing = [name for name in published_pages() if not (built_site / f"{name}.html").exists()]
     assert not missing, f"no page at these published addresses: {missing}"
+
+
+# --- the release the chapters install -----------------------------------------------------------
+
+INSTALL = re.compile(r"%pip install -q \"rope-tutor @ git\+https://github\.com/rope-tutor/rope-tutor@v([^\"]+)\"")
+
+
+@pytest.mark.parametrize("notebook", toc_notebooks())
+def test_install_cell_names_this_release(notebook: str) -> None:
+    """On Colab a chapter installs a tagged release, the one whose code produced its outputs."""
+    cells = json.loads((ROOT / notebook).read_text(encoding="utf-8"))["cells"]
+    sources = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+    installs = [m.group(1) for s in sources for m in INSTALL.finditer(s)]
+    assert installs == [rope_tutor.__version__], (
+        f"{notebook}: the install cell must name v{rope_tutor.__version__}, found {installs}"
+    )
