@@ -71,6 +71,7 @@ register(
                 _even_extra_slopes,
             ),
         ),
+        dtype=torch.float32,
         chapter="alibi",
     )
 )
@@ -191,6 +192,7 @@ register(
                 _zero_above_diagonal,
             ),
         ),
+        dtype=torch.float32,
         chapter="alibi",
     )
 )
