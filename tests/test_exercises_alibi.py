@@ -205,3 +205,28 @@ def test_a_candidate_that_raises_is_reported_not_raised(capsys) -> None:
 
     assert not check("alibi_bias", broken)
     assert "RuntimeError: not yet" in capsys.readouterr().out
+
+
+# ---- the dtype the exercise states (float32) ---------------------------------------------------
+
+
+def slopes_in_float64(num_heads: int) -> torch.Tensor:
+    """Right values, built as float64 (e.g. from float64 exponents) and never cast back."""
+    c = 2 ** int(math.log2(num_heads))
+    h = torch.arange(1, c + 1, dtype=torch.float64)
+    j = torch.arange(1, num_heads - c + 1, dtype=torch.float64)
+    return torch.cat((2.0 ** (-8 * h / c), 2.0 ** (-8 * (2 * j - 1) / (2 * c))))
+
+
+def bias_in_float64(num_heads, query_len, key_len=None, causal=True) -> torch.Tensor:
+    return bias_by_loops(num_heads, query_len, key_len, causal).double()
+
+
+@pytest.mark.parametrize(
+    ("name", "wrong"), [("alibi_slopes", slopes_in_float64), ("alibi_bias", bias_in_float64)]
+)
+def test_right_values_in_float64_are_rejected(name, wrong, capsys) -> None:
+    assert not check(name, wrong)
+    out = capsys.readouterr().out
+    assert out.startswith(f"✗ {name}: the values are right, the dtype is not")
+    assert "expected dtype torch.float32, got dtype torch.float64" in out

@@ -199,3 +199,122 @@ def test_compare_numbers_and_sequences() -> None:
     assert compare_outputs(pair, (torch.ones(2), 4.0), 1e-5, 1e-5).startswith("item 1:")
     assert "expected a tuple of 2" in compare_outputs(pair, (torch.ones(2),), 1e-5, 1e-5)
     assert compare_outputs("a", "b", 0, 0) == "expected 'a', got 'b'"
+
+
+# --- the dtype an exercise's spec promises ---------------------------------------------------
+
+
+TOY_FLOAT32 = Exercise(
+    name="toy_double_float32",
+    summary="double a tensor, as float32",
+    signature="(x) -> float32 Tensor",
+    reference=_doubled,
+    cases=TOY.cases,
+    hint="multiply by two",
+    mistakes=TOY.mistakes,
+    dtype=torch.float32,
+)
+
+
+def _pair_reference(x: torch.Tensor) -> tuple[torch.Tensor, float]:
+    return 2 * x, 1.5
+
+
+TOY_PAIR = Exercise(
+    name="toy_pair_float32",
+    summary="a float32 tensor and a number",
+    signature="(x) -> (float32 Tensor, float)",
+    reference=_pair_reference,
+    cases=TOY.cases,
+    hint="double x, and return 1.5",
+    dtype=torch.float32,
+)
+
+
+@pytest.fixture
+def typed(monkeypatch: pytest.MonkeyPatch) -> None:
+    for exercise in (TOY_FLOAT32, TOY_PAIR, TOY):
+        monkeypatch.setitem(framework._REGISTRY, exercise.name, exercise)
+
+
+def test_a_right_answer_in_the_promised_dtype_passes(typed, capsys) -> None:
+    assert check("toy_double_float32", lambda x: x + x) is True
+    assert check("toy_pair_float32", lambda x: (x * 2.0, 1.5)) is True
+    assert capsys.readouterr().out.count("✓") == 2
+
+
+def test_right_values_in_another_dtype_are_rejected_with_both_dtypes_named(typed, capsys) -> None:
+    def doubled_in_float64(x: torch.Tensor) -> torch.Tensor:
+        return torch.tensor([2.0 * v for v in x.flatten().tolist()], dtype=torch.float64).reshape(
+            x.shape
+        )
+
+    assert check("toy_double_float32", doubled_in_float64) is False
+    out = capsys.readouterr().out
+    assert "✗ toy_double_float32: the values are right, the dtype is not" in out
+    assert "on input 1 of 2: x = [1, 2, 3]" in out
+    assert "expected dtype torch.float32, got dtype torch.float64" in out
+    assert ".to(torch.float32)" in out
+
+
+def test_a_wrong_dtype_only_on_a_later_input_is_found(typed, capsys) -> None:
+    def float64_for_matrices(x: torch.Tensor) -> torch.Tensor:
+        return 2 * x if x.dim() == 1 else (2 * x).double()
+
+    assert check("toy_double_float32", float64_for_matrices) is False
+    assert "on input 2 of 2: x = ones(2, 2)" in capsys.readouterr().out
+
+
+def test_values_are_judged_before_the_dtype(typed, capsys) -> None:
+    assert check("toy_double_float32", lambda x: (3 * x).double()) is False
+    out = capsys.readouterr().out
+    assert "values differ" in out and "dtype" not in out
+    assert "Hint: you tripled instead of doubling" in out
+
+
+def test_the_dtype_of_a_tensor_inside_a_tuple_is_checked(typed, capsys) -> None:
+    assert check("toy_pair_float32", lambda x: ((2 * x).half(), 1.5)) is False
+    out = capsys.readouterr().out
+    assert "item 0: expected dtype torch.float32, got dtype torch.float16" in out
+
+
+def test_without_a_stated_dtype_any_float_dtype_passes(typed) -> None:
+    assert TOY.dtype is None
+    assert check("toy_double", lambda x: (2 * x).double(), verbose=False) is True
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in list_exercises() if exercises.get_exercise(n).dtype is not None]
+)
+def test_every_stated_dtype_is_enforced(name: str) -> None:
+    """The reference returns the promised dtype; the same values in another dtype are refused."""
+    exercise = exercises.get_exercise(name)
+    other = torch.int32 if not exercise.dtype.is_floating_point else torch.float64
+
+    def recast(value):
+        if isinstance(value, torch.Tensor):
+            return value.to(other)
+        if isinstance(value, tuple | list):
+            return type(value)(recast(v) for v in value)
+        return value
+
+    def same_values_other_dtype(*args, **kwargs):
+        return recast(exercise.reference(*args, **kwargs))
+
+    assert check(name, exercise.reference, verbose=False)
+    assert not check(name, same_values_other_dtype, verbose=False)
+
+
+def test_the_exercises_whose_chapters_state_a_dtype_declare_it() -> None:
+    """The chapters' exercise texts promise these dtypes (float32 tables, an int64 index tensor)."""
+    stated = {
+        "sinusoidal_encoding": torch.float32,
+        "relative_map": torch.float32,
+        "layout_permutation": torch.int64,
+        "alibi_slopes": torch.float32,
+        "alibi_bias": torch.float32,
+        "linear_scaling": torch.float32,
+        "yarn_parameters": torch.float32,
+    }
+    for name, dtype in stated.items():
+        assert exercises.get_exercise(name).dtype == dtype, name

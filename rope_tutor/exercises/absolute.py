@@ -225,6 +225,7 @@ register(
                 _exponent_off_by_one,
             ),
         ),
+        dtype=torch.float32,
         chapter="sinusoidal",
     )
 )
@@ -294,6 +295,7 @@ register(
                 _relative_map_ignores_base,
             ),
         ),
+        dtype=torch.float32,
         chapter="sinusoidal",
     )
 )

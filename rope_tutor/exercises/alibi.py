@@ -44,14 +44,14 @@ register(
         reference=alibi_slopes,
         cases=(Case.of(1), Case.of(8), Case.of(16), Case.of(12), Case.of(6), Case.of(5)),
         hint=(
-            "for n a power of two the slopes are 2**(-8h/n), h = 1 .. n. Otherwise take the "
-            "c = 2**floor(log2 n) slopes of c heads, then every other slope of 2c heads "
-            "(the 1st, 3rd, 5th, ...) until you have n; keep that order."
+            "for H = num_heads a power of two the slopes are 2**(-8h/H), h = 1 .. H. Otherwise "
+            "take the c = 2**floor(log2 H) slopes of c heads, then every other slope of 2c heads "
+            "(the 1st, 3rd, 5th, ...) until you have H; keep that order. Return float32."
         ),
         mistakes=(
             Mistake(
-                "you used 2**(-8h/n) for every n. That is right only when n is a power of "
-                "two; otherwise the paper takes the slopes of the nearest lower power of two, "
+                "you used 2**(-8h/H) for every head count H. That is right only when H is a power "
+                "of two; otherwise the paper takes the slopes of the nearest lower power of two, "
                 "then every other slope of the next one.",
                 _naive_slopes,
             ),
@@ -71,6 +71,7 @@ register(
                 _even_extra_slopes,
             ),
         ),
+        dtype=torch.float32,
         chapter="alibi",
     )
 )
@@ -145,7 +146,7 @@ def _zero_above_diagonal(
 register(
     Exercise(
         name="alibi_bias",
-        summary="ALiBi's bias -m_h (i - j) (causal, future keys -inf) or -m_h |i - j|",
+        summary="ALiBi's bias -m_h (m - n), query m, key n (causal: n > m masked) or -m_h |m - n|",
         signature=(
             "(num_heads, query_len, key_len=None, causal=True) "
             "-> Tensor[num_heads, query_len, key_len]"
@@ -160,30 +161,30 @@ register(
             Case.of(6, 1, 9),
         ),
         hint=(
-            "entry [h, i, j] is -m_h * (i - j) with m_h = alibi_slopes(num_heads)[h]; query i "
-            "sits at position key_len - query_len + i; causal: future keys (j > i) get -inf; "
-            "not causal: -m_h * |i - j|."
+            "entry [h, r, n] is -m_h * (m - n) with m_h = alibi_slopes(num_heads)[h], where query "
+            "row r sits at position m = key_len - query_len + r; causal: future keys (n > m) get "
+            "-inf; not causal: -m_h * |m - n|. Return float32."
         ),
         mistakes=(
             Mistake(
-                "you built the key-only form +m_h * j (the authors' code, Bloom). It gives the "
-                "same softmax under a causal mask, but it is not the bias -m_h (i - j) asked for, "
+                "you built the key-only form +m_h * n (the authors' code, Bloom). It gives the "
+                "same softmax under a causal mask, but it is not the bias -m_h (m - n) asked for, "
                 "and it is wrong for bidirectional attention.",
                 _key_only,
             ),
             Mistake(
-                "your sign is flipped: the bias is a penalty, -m_h (i - j) <= 0, so distant keys "
+                "your sign is flipped: the bias is a penalty, -m_h (m - n) <= 0, so distant keys "
                 "get smaller logits.",
                 _wrong_sign,
             ),
             Mistake(
-                "without the causal mask the distance must be |i - j|: keys on both sides are "
-                "penalized, -m_h |i - j|.",
+                "without the causal mask the distance must be |m - n|: keys on both sides are "
+                "penalized, -m_h |m - n|.",
                 _no_abs,
             ),
             Mistake(
                 "your queries are the first query_len positions; they are the last ones (decoding "
-                "with a cache): query i sits at position key_len - query_len + i.",
+                "with a cache): query row r sits at position key_len - query_len + r.",
                 _queries_first,
             ),
             Mistake(
@@ -191,6 +192,7 @@ register(
                 _zero_above_diagonal,
             ),
         ),
+        dtype=torch.float32,
         chapter="alibi",
     )
 )

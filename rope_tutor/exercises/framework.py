@@ -19,6 +19,7 @@ __all__ = [
     "Mistake",
     "check",
     "compare_outputs",
+    "dtype_difference",
     "get_exercise",
     "list_exercises",
     "register",
@@ -53,7 +54,14 @@ class Mistake:
 
 @dataclass(frozen=True)
 class Exercise:
-    """An exercise: its reference, the inputs it is checked on, and how to compare outputs."""
+    """An exercise: its reference, the inputs it is checked on, and how to compare outputs.
+
+    ``dtype`` is the dtype the exercise's spec promises for every tensor in the output (for
+    example ``torch.float32`` for a table the chapter asks to return as float32), or ``None`` when
+    the spec leaves it open. The values are compared first; an answer whose values are right on
+    every input but whose dtype differs from the promised one is then rejected with a message
+    that names both dtypes.
+    """
 
     name: str
     summary: str
@@ -66,6 +74,7 @@ class Exercise:
     atol: float = 1e-5
     chapter: str = ""
     compare: Callable[[Any, Any, float, float], str | None] | None = field(default=None)
+    dtype: torch.dtype | None = None
 
     def difference(self, expected: Any, got: Any) -> str | None:
         """``None`` when ``got`` matches ``expected``, else a short description of the gap."""
@@ -160,6 +169,24 @@ def compare_outputs(expected: Any, got: Any, rtol: float, atol: float) -> str | 
     return None if got == expected else f"expected {_describe(expected)}, got {_describe(got)}"
 
 
+def dtype_difference(expected: Any, got: Any, dtype: torch.dtype) -> str | None:
+    """``None`` when every tensor of ``got`` that stands where ``expected`` has one is ``dtype``.
+
+    ``expected`` and ``got`` already match in value (and so in structure); tuples and lists are
+    walked item by item. Returns a one-line description of the first tensor with another dtype.
+    """
+    if isinstance(expected, torch.Tensor) and isinstance(got, torch.Tensor):
+        if got.dtype != dtype:
+            return f"expected dtype {dtype}, got dtype {got.dtype}"
+        return None
+    if isinstance(expected, tuple | list) and isinstance(got, tuple | list):
+        for i, (e, g) in enumerate(zip(expected, got, strict=False)):
+            problem = dtype_difference(e, g, dtype)
+            if problem is not None:
+                return f"item {i}: {problem}"
+    return None
+
+
 def _run(fn: Callable[..., Any], case: Case) -> Any:
     args, kwargs = case.make()
     return fn(*args, **kwargs)
@@ -181,7 +208,9 @@ def check(name: str, candidate: Callable[..., Any], *, verbose: bool = True) -> 
 
     Prints a short verdict (which input failed, expected vs got, a hint) when ``verbose`` and
     returns ``True`` only if every case matches. An exception raised by ``candidate`` is reported,
-    never re-raised. Unknown names raise ``KeyError`` listing the known ones.
+    never re-raised. Unknown names raise ``KeyError`` listing the known ones. When the exercise
+    states a ``dtype``, an answer with the right values but another dtype is rejected too; values
+    are judged first, so a wrong value is always what is reported when there is one.
     """
     exercise = get_exercise(name)
     if not callable(candidate):
@@ -189,6 +218,7 @@ def check(name: str, candidate: Callable[..., Any], *, verbose: bool = True) -> 
             print(f"✗ {name}: expected a function {exercise.signature}, got {_describe(candidate)}")
         return False
 
+    results = []
     for number, case in enumerate(exercise.cases, start=1):
         expected = _run(exercise.reference, case)
         try:
@@ -212,6 +242,20 @@ def check(name: str, candidate: Callable[..., Any], *, verbose: bool = True) -> 
                     f"  Hint: {named or exercise.hint}"
                 )
             return False
+        results.append((number, case, expected, got))
+    if exercise.dtype is not None:
+        for number, case, expected, got in results:
+            problem = dtype_difference(expected, got, exercise.dtype)
+            if problem is not None:
+                if verbose:
+                    print(
+                        f"✗ {name}: the values are right, the dtype is not, on input {number} of "
+                        f"{len(exercise.cases)}: {case.description}\n"
+                        f"  {problem}\n"
+                        f"  Hint: the exercise asks for {exercise.dtype}; compute in whatever "
+                        f"precision you like, then return the result with .to({exercise.dtype})."
+                    )
+                return False
     if verbose:
         print(f"✓ {name}: correct on all {len(exercise.cases)} test inputs.")
     return True

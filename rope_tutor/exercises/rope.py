@@ -287,6 +287,7 @@ register(
                 _permutation_identity,
             ),
         ),
+        dtype=torch.int64,
         chapter="rope_in_practice",
     )
 )

@@ -61,6 +61,7 @@ register(
             ),
             Mistake("your result does not depend on the factor.", _pi_ignores_factor),
         ),
+        dtype=torch.float32,
         chapter="position_interpolation",
     )
 )
@@ -274,6 +275,7 @@ register(
                 _yarn_pi_only,
             ),
         ),
+        dtype=torch.float32,
         chapter="yarn_and_beyond",
     )
 )
