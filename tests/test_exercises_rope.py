@@ -122,7 +122,8 @@ def test_rotate_half_rejects(candidate, named, capsys: pytest.CaptureFixture[str
             "half layout",
         ),
         (lambda x, p, base=10000.0: rope_interleaved_by_loops(x, p, 10000.0), "ignore the base"),
-        (lambda x, p, base=10000.0: rope_interleaved_by_loops(x, p, 1000.0), None),
+        (lambda x, p, base=1000.0: rope_interleaved_by_loops(x, p, base), "base 1000"),
+        (lambda x, p, base=10000.0: rope_interleaved_by_loops(x, p, 1000.0), "base 1000"),
         (
             lambda x, p, base=10000.0: rope_interleaved_by_loops(x, p, base, index_from=1),
             "starts at 1",
@@ -162,7 +163,8 @@ def test_apply_rope_interleaved_exponent_over_d_rejected(capsys) -> None:
         (lambda m, d, base=10000.0: rope_matrix_by_loops(m, d, base, transpose=True), "transpose"),
         (lambda m, d, base=10000.0: rope_matrix_by_loops(m, d, base, index_from=1), "starts at 1"),
         (lambda m, d, base=10000.0: rope_matrix_by_loops(m, d), "ignores the base"),
-        (lambda m, d, base=10000.0: rope_matrix_by_loops(m, d, 1000.0), None),
+        (lambda m, d, base=10000.0: rope_matrix_by_loops(m, d, 1000.0), "base 1000"),
+        (lambda m, d, base=1000.0: rope_matrix_by_loops(m, d, base), "base 1000"),
         (lambda m, d, base=10000.0: torch.eye(d), None),
         (lambda m, d, base=10000.0: rope_matrix_by_loops(m, d, base)[: d // 2], None),
     ],
@@ -204,3 +206,31 @@ def test_layout_permutation_rejects(candidate, named, capsys) -> None:
     assert "✗ layout_permutation" in out
     if named:
         assert named in out
+
+
+def test_apply_rope_interleaved_discarded_rotate_rejected(capsys) -> None:
+    """The errata's bug: rotate(x) computed, its result dropped, so out = x * (cos + sin)."""
+
+    def discarded_by_loops(x, positions, base=10000.0):
+        dim = x.shape[-1]
+        out = x.clone()
+        for row, m in enumerate(positions.tolist()):
+            for i in range(dim // 2):
+                angle = m * base ** (-2 * i / dim)
+                for j in (2 * i, 2 * i + 1):
+                    out[..., row, j] = x[..., row, j] * (math.cos(angle) + math.sin(angle))
+        return out
+
+    assert not check("apply_rope_interleaved", discarded_by_loops)
+    out = capsys.readouterr().out
+    assert "thrown away" in out and "discarded rotate_half" in out
+
+
+def test_base_1000_hint_is_not_given_for_other_slips(capsys) -> None:
+    """The base-1000 hint names only that typo: a sign error still gets its own message."""
+    assert not check(
+        "apply_rope_interleaved",
+        lambda x, p, base=10000.0: rope_interleaved_by_loops(x, p, base, sign=-1),
+    )
+    out = capsys.readouterr().out
+    assert "wrong way" in out and "base 1000" not in out

@@ -127,6 +127,18 @@ def _interleaved_exponent_i_over_d(x, positions, base=10000.0):
     return _rope_with_theta(x, positions, _theta(x.shape[-1], base, step=1))
 
 
+def _interleaved_base_1000(x, positions, base=1000.0):
+    """The errata's typo: 1000 where the method says 10000 (here, as the default)."""
+    return _rope_with_theta(x, positions, _theta(x.shape[-1], base))
+
+
+def _interleaved_rotate_discarded(x, positions, base=10000.0):
+    """The errata's discarded rotate: x * cos + x * sin, the rotated copy of x never used."""
+    angles = positions.double()[:, None] * _theta(x.shape[-1], base)  # (seq, d/2)
+    cos, sin = angles.cos().repeat_interleave(2, -1), angles.sin().repeat_interleave(2, -1)
+    return x.double() * cos + x.double() * sin
+
+
 register(
     Exercise(
         name="apply_rope_interleaved",
@@ -174,6 +186,17 @@ register(
                 "your exponent is -i/d; it is -2i/d (i counts pairs, 2i counts features).",
                 _interleaved_exponent_i_over_d,
             ),
+            Mistake(
+                "your angles use base 1000; RoFormer, Llama 1 and Llama 2 use 10000 (the 1000 is "
+                "a typo that circulates, see the errata page): the default is base=10000.0.",
+                _interleaved_base_1000,
+            ),
+            Mistake(
+                "you computed x * cos + x * sin: the rotated copy of x was computed and thrown "
+                "away (the 'discarded rotate_half' bug of the errata page). The sin term "
+                "multiplies the rotated x, (-x[2i+1], x[2i]), not x itself.",
+                _interleaved_rotate_discarded,
+            ),
         ),
         rtol=1e-4,
         atol=1e-4,
@@ -217,6 +240,10 @@ def _matrix_ignores_base(position, dim, base=10000.0):
     return rope_matrix(position, dim)
 
 
+def _matrix_base_1000(position, dim, base=1000.0):
+    return rope_matrix(position, dim, base=base)
+
+
 register(
     Exercise(
         name="rope_matrix",
@@ -249,6 +276,11 @@ register(
                 _matrix_one_indexed,
             ),
             Mistake("your matrix ignores the base argument.", _matrix_ignores_base),
+            Mistake(
+                "your angles use base 1000; the method's base is 10000 (1000 is a typo that "
+                "circulates, see the errata page): the default is base=10000.0.",
+                _matrix_base_1000,
+            ),
         ),
         rtol=1e-5,
         atol=1e-5,
