@@ -53,6 +53,11 @@ def attention_self_similarity(q, k, v):  # uses q for the keys
     return torch.softmax(logits, -1) @ v
 
 
+def attention_compares_queries_with_values(q, k, v):  # errata: values multiplied instead of keys
+    scores = torch.einsum("...qd,...kd->...qk", q, v) * q.shape[-1] ** -0.5
+    return torch.softmax(scores, -1) @ v
+
+
 def attention_without_softmax(q, k, v):
     return (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])) @ v
 
@@ -247,6 +252,7 @@ WRONG = [
     ("attention", attention_returns_weights),
     ("attention", attention_self_similarity),
     ("attention", attention_without_softmax),
+    ("attention", attention_compares_queries_with_values),
     ("add_learned_positions", positions_counted_from_one),
     ("add_learned_positions", positions_along_the_batch),
     ("add_learned_positions", position_rows_from_token_ids),
@@ -293,7 +299,9 @@ def test_rejects_a_typical_wrong_answer(name: str, candidate, capsys) -> None:
         ("add_learned_positions", positions_counted_from_one, "start at 1 (off by one)"),
         ("add_learned_positions", position_rows_from_token_ids, "indexed the position table"),
         ("add_learned_positions", start_ignored, "ignores start"),
+        ("attention", attention_compares_queries_with_values, "values multiplied instead of keys"),
         ("sinusoidal_encoding", sines_then_cosines, "the 'half' layout"),
+        ("sinusoidal_encoding", cosine_first, "sin/cos swapped"),
         ("sinusoidal_encoding", base_fixed_at_10000, "ignores the base"),
         ("sinusoidal_encoding", frequency_index_from_one, "index starts at 1"),
         ("relative_map", textbook_rotation, "rotate the wrong way"),

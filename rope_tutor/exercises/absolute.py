@@ -52,6 +52,11 @@ def _attention_softmax_over_queries(
     return logits.softmax(dim=-2) @ v
 
 
+def _attention_values_for_keys(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    logits = q @ v.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return logits.softmax(dim=-1) @ v
+
+
 register(
     Exercise(
         name="attention",
@@ -82,6 +87,12 @@ register(
                 "your softmax normalises over the queries (dim=-2); each query's weights over the "
                 "keys must sum to 1, so use softmax(dim=-1).",
                 _attention_softmax_over_queries,
+            ),
+            Mistake(
+                "values multiplied instead of keys: your logits are q @ v.transpose(-2, -1); the "
+                "queries are compared with the keys, q @ k.transpose(-2, -1), and the weights then "
+                "average the values.",
+                _attention_values_for_keys,
             ),
         ),
         chapter="why_position",
@@ -185,6 +196,13 @@ def _half_layout(num_positions: int, dim: int, base: float = 10000.0) -> torch.T
     return torch.cat((angles.sin(), angles.cos()), dim=-1).float()
 
 
+def _sin_cos_swapped(num_positions: int, dim: int, base: float = 10000.0) -> torch.Tensor:
+    angles = torch.arange(num_positions, dtype=torch.float64)[:, None] * base ** (
+        -torch.arange(0, dim, 2, dtype=torch.float64) / dim
+    )
+    return torch.stack((angles.cos(), angles.sin()), dim=-1).reshape(num_positions, dim).float()
+
+
 def _ignores_base(num_positions: int, dim: int, base: float = 10000.0) -> torch.Tensor:
     return sinusoidal_encoding(num_positions, dim)
 
@@ -216,6 +234,11 @@ register(
                 "your table puts all sines first and all cosines second (the 'half' layout); "
                 "the paper interleaves them: sin in even columns, cos in odd columns.",
                 _half_layout,
+            ),
+            Mistake(
+                "sin/cos swapped: your even columns hold cos(p θ_i) and your odd columns "
+                "sin(p θ_i); the paper puts the sine in column 2i and the cosine in column 2i+1.",
+                _sin_cos_swapped,
             ),
             Mistake(
                 "your function ignores the base argument (it always uses 10000).", _ignores_base
@@ -281,8 +304,9 @@ register(
         ),
         mistakes=(
             Mistake(
-                "your 2×2 blocks rotate the wrong way: [[cos, -sin], [sin, cos]] acts on (x, y), "
-                "but the pair here is (sin, cos); work out sin((p+k)θ) from the angle-sum formula.",
+                "your 2×2 blocks rotate the wrong way: you used R(kθ) = [[cos, -sin], [sin, cos]], "
+                "but the pair is stored as (sin, cos), and for that order the angle-sum formulas "
+                "give R(-kθ) = [[cos, sin], [-sin, cos]].",
                 _textbook_rotation,
             ),
             Mistake(

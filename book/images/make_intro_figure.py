@@ -1,0 +1,74 @@
+"""Draw the landing page's figure, book/images/intro_rope_and_scaling.png, with rope_tutor.
+
+Run once from the repository root, after changing the figure or the package:
+
+    PYTHONPATH=$PWD .venv/bin/python book/images/make_intro_figure.py
+
+Left: RoPE rotates a 2-D query by R(m θ) at position m (rt.rope_matrix, counter-clockwise).
+Right: the wavelengths 2π/θ_i of a 128-wide head under three context-extension methods of
+Part IV (rt.rope_parameters, Hugging Face's rope_scaling dicts), against the original context.
+The PNG is committed, so the site needs neither this script nor a network to show it.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+
+import rope_tutor as rt  # noqa: E402
+
+OUT = Path(__file__).with_name("intro_rope_and_scaling.png")
+HEAD_DIM, BASE, FACTOR, CONTEXT = 128, 10000.0, 4.0, 4096
+
+
+def main() -> None:
+    fig, (ax_rot, ax_wave) = plt.subplots(
+        1, 2, figsize=(10, 4.0), gridspec_kw={"width_ratios": [1, 1.6]}, constrained_layout=True
+    )
+
+    query = torch.tensor([1.0, 0.0], dtype=torch.float64)
+    circle = torch.linspace(0, 2 * math.pi, 200)
+    ax_rot.plot(circle.cos(), circle.sin(), color="0.8", linewidth=1)
+    for m in range(6):
+        x, y = (rt.rope_matrix(float(m), 2) @ query).tolist()  # R(m θ_0) q with θ_0 = 1 rad
+        ax_rot.annotate("", xy=(x, y), xytext=(0, 0), arrowprops={"arrowstyle": "->", "lw": 1.5})
+        ax_rot.text(1.18 * x, 1.18 * y, f"m = {m}", ha="center", va="center", fontsize=9)
+    ax_rot.set_aspect("equal")
+    ax_rot.set_xlim(-1.45, 1.45)
+    ax_rot.set_ylim(-1.45, 1.45)
+    ax_rot.set_xlabel("feature 1 of the pair")
+    ax_rot.set_ylabel("feature 2 of the pair")
+    ax_rot.set_title("RoPE turns a query pair by m·θ (θ = 1 rad)")
+
+    methods = [
+        ("trained model (no scaling)", None),
+        (f"Position Interpolation, s = {FACTOR:g}", {"rope_type": "linear", "factor": FACTOR}),
+        (f"NTK-aware, s = {FACTOR:g}", {"rope_type": "ntk", "factor": FACTOR}),
+        (
+            f"YaRN, s = {FACTOR:g}",
+            {"rope_type": "yarn", "factor": FACTOR, "original_max_position_embeddings": CONTEXT},
+        ),
+    ]
+    for name, scaling in methods:
+        inv_freq, _ = rt.rope_parameters(HEAD_DIM, BASE, scaling)
+        width = 4.0 if scaling is None else 1.6  # wide, so the methods that keep it stay visible
+        ax_wave.plot(2 * math.pi / inv_freq.double(), label=name, linewidth=width)
+    ax_wave.axhline(CONTEXT, color="black", linestyle="--", linewidth=1)
+    ax_wave.text(1, CONTEXT * 1.3, f"original context L = {CONTEXT}", fontsize=9)
+    ax_wave.set_yscale("log")
+    ax_wave.set_xlabel("pair i")
+    ax_wave.set_ylabel("wavelength 2π/θ_i (tokens)")
+    ax_wave.set_title(f"Stretching the context: wavelengths, d_h = {HEAD_DIM}, b = {BASE:g}")
+    ax_wave.legend(fontsize=8, loc="upper left")
+    fig.savefig(OUT, dpi=110)
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
