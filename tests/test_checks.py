@@ -8,9 +8,11 @@ and give the same result as the Python number.
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -243,3 +245,50 @@ def test_numpy_floats_in_a_scaling_dict() -> None:
         rt.rope_parameters(8, scaling=numpy_setting),
         rt.rope_parameters(8, scaling={"rope_type": "linear", "factor": 4.0}),
     )
+
+
+# -- the package's imports run one way -------------------------------------------------------------
+
+PACKAGE = Path(rt.__file__).parent
+CORE = ["_checks", "absolute", "attention", "rope", "scaling", "alibi", "runtime", "fast"]
+
+
+def package_imports(tree: ast.AST) -> set[str]:
+    """The rope_tutor submodules an AST imports (``from rope_tutor import m`` counts as m)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("rope_tutor"):
+            if node.module == "rope_tutor":
+                found.update(alias.name for alias in node.names)
+            else:
+                found.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            found.update(
+                alias.name.split(".")[1]
+                for alias in node.names
+                if alias.name.startswith("rope_tutor.")
+            )
+    return found
+
+
+def test_imports_run_one_way() -> None:
+    graph, hidden = {}, []
+    for name in CORE:
+        tree = ast.parse((PACKAGE / f"{name}.py").read_text())
+        graph[name] = package_imports(ast.Module(body=tree.body, type_ignores=[])) - {"rt"}
+        for function in ast.walk(tree):
+            if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                hidden += [(name, function.name, m) for m in package_imports(function)]
+    assert hidden == []  # no function-level import hides a dependency
+    # Hugging Face's layout: the registry does not import the model code; Part VI imports Part II.
+    assert "rope" not in graph["scaling"] and "fast" not in graph["scaling"]
+    assert "fast" not in graph["rope"]
+    assert {"rope"} <= graph["fast"]
+
+    def reaches(start: str, goal: str, seen: frozenset = frozenset()) -> bool:
+        return any(
+            m == goal or (m in graph and m not in seen and reaches(m, goal, seen | {m}))
+            for m in graph.get(start, ())
+        )
+
+    assert not [m for m in CORE if reaches(m, m)]  # no cycle among the core modules
