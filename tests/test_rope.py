@@ -23,6 +23,7 @@ from transformers.models.llama.modeling_llama import (
 )
 from transformers.models.llama.modeling_llama import rotate_half as hf_rotate_half
 
+import rope_tutor.absolute
 import rope_tutor.scaling
 from rope_tutor import SelfAttention
 from rope_tutor.rope import (
@@ -79,6 +80,16 @@ def test_frequencies_match_hf_default_rope_parameters() -> None:
     # theta_0 = 1 (index from 0) and theta_{d/2-1} = base^(-(d-2)/d): the paper's formula.
     assert rope_frequencies(64)[0].item() == 1.0
     assert math.isclose(rope_frequencies(64)[-1].item(), 10000 ** (-62 / 64), rel_tol=1e-6)
+
+
+@pytest.mark.parametrize(("dim", "base"), [(8, 10000.0), (64, 500000.0), (128, 1e6)])
+def test_rope_theta_is_the_sinusoidal_theta(dim: int, base: float) -> None:
+    # One formula, b^(-2i/d), taught in Part I and reused by Part II and Part IV.
+    theta = rope_tutor.absolute.sinusoidal_frequencies(dim, base)
+    assert torch.equal(rope_frequencies(dim, base), theta.float())
+    assert torch.equal(rope_tutor.scaling.rope_parameters(dim, base)[0], theta.float())
+    exponent = torch.arange(dim // 2, dtype=torch.float64) * 2 / dim
+    torch.testing.assert_close(theta, base**-exponent, rtol=1e-15, atol=0)
 
 
 def test_rotate_half_matches_hf() -> None:
@@ -383,29 +394,47 @@ def test_self_attention_with_rope_depends_on_relative_position_only() -> None:
     assert not torch.allclose(layer(x, positions=positions * 2), out)  # distances matter
 
 
-def test_scaling_is_wired_through_rope_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen = []
-
-    def fake_rope_parameters(dim, base=10000.0, scaling=None, *, seq_len=None):
-        seen.append((dim, base, scaling, seq_len))
-        return rope_frequencies(dim, base) * 0.5, 1.5
-
-    monkeypatch.setattr(rope_tutor.scaling, "rope_parameters", fake_rope_parameters)
-    x = gaussian(2, 6, seed=15)
-    setting = {"rope_type": "fake"}
-    got = apply_rope(x, [4, 9], base=100.0, scaling=setting)
-    theta = [0.5, 0.5 * 100 ** (-2 / 6), 0.5 * 100 ** (-4 / 6)]
+def rotate_by_hand(x: torch.Tensor, positions, inv_freq, factor: float) -> torch.Tensor:
+    """Half-layout RoPE written out pair by pair in float64, cos and sin times ``factor``."""
+    half = x.shape[-1] // 2
     expected = torch.empty_like(x)
-    for row, m in enumerate((4, 9)):
-        for i, t in enumerate(theta):
-            c, s = 1.5 * math.cos(m * t), 1.5 * math.sin(m * t)
-            expected[row, i] = x[row, i] * c - x[row, i + 3] * s
-            expected[row, i + 3] = x[row, i + 3] * c + x[row, i] * s
-    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
-    assert seen[-1] == (6, 100.0, setting, 10)  # seq_len = largest position + 1
-    q, _ = RotaryEmbedding(6, base=100.0, scaling=setting)(x, x, torch.tensor([4, 9]))
-    torch.testing.assert_close(q, expected, rtol=0, atol=1e-5)
-    assert seen[-1][3] == 10
+    for row, m in enumerate(positions):
+        for i in range(half):
+            angle = float(m) * float(inv_freq[i])
+            c, s = factor * math.cos(angle), factor * math.sin(angle)
+            expected[row, i] = x[row, i] * c - x[row, i + half] * s
+            expected[row, i + half] = x[row, i + half] * c + x[row, i] * s
+    return expected
+
+
+DYNAMIC = {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 8}
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}
+
+
+@pytest.mark.parametrize("setting", [DYNAMIC, YARN], ids=["dynamic", "yarn"])
+def test_scaling_is_wired_through_rope_parameters(setting: dict) -> None:
+    # Positions up to 11: a scaling method sees seq_len = 12, past the trained window of 8.
+    x = gaussian(2, 6, seed=15)
+    positions = [4, 11]
+    inv_freq, factor = rope_tutor.scaling.rope_parameters(6, 100.0, setting, seq_len=12)
+    expected = rotate_by_hand(x, positions, inv_freq, factor)
+    got = apply_rope(x, positions, base=100.0, scaling=setting)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+    q, _ = RotaryEmbedding(6, base=100.0, scaling=setting)(x, x, torch.tensor(positions))
+    torch.testing.assert_close(q, expected, rtol=0, atol=1e-12)
+    if setting is DYNAMIC:  # the length matters: seq_len 11 would give other frequencies
+        other, _ = rope_tutor.scaling.rope_parameters(6, 100.0, setting, seq_len=11)
+        assert not torch.allclose(rotate_by_hand(x, positions, other, 1.0), got)
+    else:  # YaRN's attention factor 0.1 ln(s) + 1 multiplies cos and sin (Peng et al., eq. 22)
+        assert factor == pytest.approx(0.1 * math.log(4.0) + 1)
+
+
+def test_linear_scaling_is_position_interpolation() -> None:
+    # Chen et al. (2023): PI reads position m as m / s.
+    x = gaussian(3, 8, seed=18)
+    positions = torch.tensor([0, 7, 40])
+    linear = apply_rope(x, positions, scaling={"rope_type": "linear", "factor": 4.0})
+    torch.testing.assert_close(linear, apply_rope(x, positions / 4), rtol=0, atol=1e-6)
 
 
 def test_no_scaling_equals_default_scaling() -> None:
