@@ -18,8 +18,8 @@ def _module_name(path: Path) -> str:
 def import_graph() -> dict[str, set[str]]:
     """Module -> the package modules it imports anywhere in its source (function bodies too).
 
-    ``from rope_tutor.x import y`` counts as importing ``rope_tutor.x`` (and ``rope_tutor.x.y``
-    when that is a module); a package's ``__init__`` importing its own submodules is the one
+    ``from rope_tutor.x import y`` counts as importing ``rope_tutor.x.y`` when that is a module and
+    ``rope_tutor.x`` otherwise; a package's ``__init__`` importing its own submodules is the one
     direction allowed between a package and its parts.
     """
     modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
@@ -35,8 +35,10 @@ def import_graph() -> dict[str, set[str]]:
                 if node.level:
                     anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                     base = ".".join([*anchor, base] if base else anchor)
-                targets.add(base)
-                targets.update(f"{base}.{alias.name}" for alias in node.names)
+                names = [f"{base}.{alias.name}" for alias in node.names]
+                targets.update(n for n in names if n in modules)
+                if any(n not in modules for n in names):
+                    targets.add(base)  # a name defined in ``base`` itself
         graph[name] = {t for t in targets if t in modules and t != name}
     return graph
 
