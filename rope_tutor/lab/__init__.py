@@ -7,8 +7,10 @@ Readers import it as ``from rope_tutor import lab``.
 """
 
 from rope_tutor.lab.data import load_corpus, needle_batch
-from rope_tutor.lab.experiments import BOOK, extension_methods, load_results
+from rope_tutor.lab.extend import extension_methods
 from rope_tutor.lab.model import ENCODINGS, ModelConfig, TinyLM, load_checkpoint
+from rope_tutor.lab.records import load_results
+from rope_tutor.lab.settings import BOOK
 from rope_tutor.lab.train import TrainConfig, train
 
 __all__ = [
