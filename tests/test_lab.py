@@ -270,7 +270,7 @@ def test_fit_is_the_same_run_for_the_same_seed_and_arm() -> None:
     config = TrainConfig(steps=6, batch_size=4, lr=3e-3, warmup_steps=2, seed=3)
     arm = ModelConfig(encoding="rope", num_layers=1, dim=32, num_heads=2, context=16)
     fitted = fit(arm, cyclic_batches, config, progress=False)
-    rt.seed_everything(3)
+    rt.seed_everything(3, threads=None)
     by_hand = TinyLM(arm)
     assert train(by_hand, cyclic_batches(config), config, progress=False) == fitted.losses
     weights = fitted.model.state_dict()
@@ -285,6 +285,19 @@ def test_fit_is_the_same_run_for_the_same_seed_and_arm() -> None:
         progress=False,
     )
     assert other_arm.losses != fitted.losses
+
+
+def test_fit_keeps_the_thread_count_its_caller_pinned() -> None:
+    # python -m rope_tutor.lab --threads N pins N once; a training run must not reset it.
+    config = TrainConfig(steps=1, batch_size=2, warmup_steps=1)
+    pinned = torch.get_num_threads()
+    try:
+        for threads in (2, 1):
+            torch.set_num_threads(threads)
+            fit(make_model("rope", context=16).config, cyclic_batches, config, progress=False)
+            assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(pinned)
 
 
 def test_fit_fine_tunes_a_copy_with_the_scaling_in_place() -> None:
@@ -413,7 +426,7 @@ def test_saved_results_carry_provenance_and_sanity_checks() -> None:
 
 @pytest.mark.slow
 def test_quick_configuration_runs_every_experiment(tmp_path: Path) -> None:
-    run_lab("all", "--quick", "--out", str(tmp_path), timeout=600)
+    run_lab("all", "--quick", "--threads", "2", "--out", str(tmp_path), timeout=600)
     names = {p.name for p in tmp_path.iterdir()}
     assert {"train_short_test_long.json", "extend_rope.json", "needle.json"} <= names
     assert {"summary.json", "rope.safetensors"} <= names
@@ -422,6 +435,8 @@ def test_quick_configuration_runs_every_experiment(tmp_path: Path) -> None:
     for name, subcommand in WRITTEN_BY.items():  # provenance names the reproducing subcommand
         written = json.loads((tmp_path / name).read_text())["provenance"]["command"]
         assert written == f"python -m rope_tutor.lab {subcommand}", (name, written)
+        threads = json.loads((tmp_path / name).read_text())["provenance"]["threads"]
+        assert threads == 2, (name, threads)  # --threads holds for the whole run
 
 
 #: The subcommand that writes each saved file (``all`` runs every one of them).

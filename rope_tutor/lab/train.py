@@ -137,13 +137,14 @@ def fit(
     ``arm`` is what is trained: a ``ModelConfig`` (a new ``TinyLM`` built after seeding) or a
     trained ``TinyLM`` to fine-tune (a copy is trained; the model passed in is not changed).
     ``seed`` (default ``config.seed``) seeds Python, NumPy and torch before the model is built
-    and draws the batches (``batches(config)`` with ``config.seed = seed``). ``scaling`` is the
-    Hugging Face style ``rope_scaling`` the model trains with (``None``: plain RoPE; it must be
-    ``None`` for an encoding other than RoPE).
+    and draws the batches (``batches(config)`` with ``config.seed = seed``); the thread count
+    is left as the caller pinned it (reductions, hence the last bits, depend on it).
+    ``scaling`` is the Hugging Face style ``rope_scaling`` the model trains with (``None``:
+    plain RoPE; it must be ``None`` for an encoding other than RoPE).
     """
     if seed is not None:
         config = replace(config, seed=seed)
-    seed_everything(config.seed)
+    seed_everything(config.seed, threads=None)  # the caller pins the threads (--threads)
     if isinstance(arm, ModelConfig):
         model = TinyLM(arm)
     elif isinstance(arm, TinyLM):
