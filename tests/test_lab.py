@@ -30,8 +30,9 @@ from rope_tutor.lab.settings import BOOK
 from rope_tutor.lab.train import TrainConfig, fit, learning_rate, train
 from rope_tutor.results import RESULTS_DIR
 
-ROOT = Path(__file__).resolve().parent.parent
 DATA = RESULTS_DIR / "lab"
+#: The folder holding the rope_tutor under test, so that the command runs that same code.
+PACKAGE_PARENT = Path(rt.__file__).resolve().parent.parent
 
 
 def make_model(encoding: str, *, num_layers: int = 2, context: int = 32, seed: int = 0) -> TinyLM:
@@ -400,10 +401,10 @@ def test_static_methods_use_one_factor_and_yarn_beta_is_rescaled_to_the_window()
 
 
 def run_lab(*args: str, timeout: int) -> None:
-    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
+    path = os.pathsep.join(filter(None, [str(PACKAGE_PARENT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PYTHONPATH": path}
     subprocess.run(
         [sys.executable, "-m", "rope_tutor.lab", *args, "--no-progress"],
-        cwd=ROOT,
         env=env,
         check=True,
         timeout=timeout,
