@@ -1,8 +1,9 @@
 """Command line of the lab: ``python -m rope_tutor.lab all`` reproduces chapters 11-13.
 
-Subcommands ``train-short-test-long``, ``extend`` and ``passkey`` run one experiment each
-(``extend`` reuses the RoPE checkpoint of the first experiment when it is present);
-``arm --encoding rope`` re-trains and evaluates one arm of the first experiment into
+Subcommands ``train-short-test-long``, ``extend`` and ``passkey`` run one step each (modules
+``short_long``, ``extend``, ``passkey``; every run ends with ``summary``; ``extend`` reuses the
+RoPE checkpoint of ``train-short-test-long`` when it is present);
+``arm --encoding rope`` re-trains and evaluates one arm of ``train-short-test-long`` into
 ``<out>/arm_<encoding>.json`` (what ``tests/test_lab.py`` compares with the saved numbers);
 ``--quick`` runs a tiny configuration (seconds) for smoke tests; ``--out`` picks the folder.
 """
