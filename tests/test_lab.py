@@ -24,13 +24,15 @@ from rope_tutor.lab.evaluate import (
     needle_accuracy,
     per_position_loss,
 )
-from rope_tutor.lab.experiments import BOOK, extension_methods
+from rope_tutor.lab.extend import extension_methods
 from rope_tutor.lab.model import ENCODINGS, ModelConfig, TinyLM, load_checkpoint, save_checkpoint
-from rope_tutor.lab.train import TrainConfig, learning_rate, train
+from rope_tutor.lab.settings import BOOK
+from rope_tutor.lab.train import TrainConfig, fit, learning_rate, train
 from rope_tutor.results import RESULTS_DIR
 
-ROOT = Path(__file__).resolve().parent.parent
 DATA = RESULTS_DIR / "lab"
+#: The folder holding the rope_tutor under test, so that the command runs that same code.
+PACKAGE_PARENT = Path(rt.__file__).resolve().parent.parent
 
 
 def make_model(encoding: str, *, num_layers: int = 2, context: int = 32, seed: int = 0) -> TinyLM:
@@ -251,6 +253,87 @@ def test_training_is_deterministic_and_lowers_the_loss() -> None:
     assert runs[0][-1] < runs[0][0]
 
 
+def cyclic_batches(config: TrainConfig):
+    """Batches of "abcdefgabc..." windows whose start offsets are drawn from ``config.seed``."""
+    generator = torch.Generator().manual_seed(config.seed)
+    offsets = torch.randint(0, 7, (config.steps, config.batch_size, 1), generator=generator)
+    windows = 97 + (torch.arange(17) + offsets) % 7  # (steps, batch, 17)
+
+    def batch(step: int):
+        return windows[step, :, :-1], windows[step, :, 1:], None
+
+    return batch
+
+
+def test_fit_is_the_same_run_for_the_same_seed_and_arm() -> None:
+    # Independent of fit: the same run written out by hand (seed, build, train) gives the same
+    # losses and weights, bit for bit.
+    config = TrainConfig(steps=6, batch_size=4, lr=3e-3, warmup_steps=2, seed=3)
+    arm = ModelConfig(encoding="rope", num_layers=1, dim=32, num_heads=2, context=16)
+    fitted = fit(arm, cyclic_batches, config, progress=False)
+    rt.seed_everything(3, threads=None)
+    by_hand = TinyLM(arm)
+    assert train(by_hand, cyclic_batches(config), config, progress=False) == fitted.losses
+    weights = fitted.model.state_dict()
+    assert all(torch.equal(weights[name], t) for name, t in by_hand.state_dict().items())
+    assert fitted.seed == 3 and fitted.seconds > 0
+    other_seed = fit(arm, cyclic_batches, config, seed=4, progress=False)
+    assert other_seed.seed == 4 and other_seed.losses != fitted.losses
+    other_arm = fit(
+        ModelConfig(encoding="alibi", num_layers=1, dim=32, num_heads=2, context=16),
+        cyclic_batches,
+        config,
+        progress=False,
+    )
+    assert other_arm.losses != fitted.losses
+
+
+def test_fit_keeps_the_thread_count_its_caller_pinned() -> None:
+    # python -m rope_tutor.lab --threads N pins N once; a training run must not reset it.
+    config = TrainConfig(steps=1, batch_size=2, warmup_steps=1)
+    pinned = torch.get_num_threads()
+    try:
+        for threads in (2, 1):
+            torch.set_num_threads(threads)
+            fit(make_model("rope", context=16).config, cyclic_batches, config, progress=False)
+            assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(pinned)
+
+
+def test_fit_fine_tunes_a_copy_with_the_scaling_in_place() -> None:
+    config = TrainConfig(steps=3, batch_size=4, lr=3e-3, warmup_steps=1, seed=1)
+    base = make_model("rope", context=16)
+    before = {name: tensor.clone() for name, tensor in base.state_dict().items()}
+    pi = {"rope_type": "linear", "factor": 2.0}
+    tuned = fit(base, cyclic_batches, config, scaling=pi, progress=False)
+    assert tuned.model is not base and tuned.model.rope_scaling == pi
+    assert base.rope_scaling is None
+    assert all(torch.equal(before[n], t) for n, t in base.state_dict().items())  # untouched
+    # the copy starts from base's weights: its first loss is base's loss on the first batch
+    inputs, targets, _ = cyclic_batches(config)(0)
+    base.set_rope_scaling(pi)
+    with torch.no_grad():
+        first = torch.nn.functional.cross_entropy(base(inputs).flatten(0, 1), targets.flatten())
+    assert tuned.losses[0] == pytest.approx(first.item(), rel=1e-6)
+    with pytest.raises(TypeError, match="arm must be"):
+        fit("rope", cyclic_batches, config, progress=False)
+
+
+def test_the_lab_imports_modules_not_the_package_front_door() -> None:
+    import ast
+
+    import rope_tutor.lab
+
+    for path in Path(rope_tutor.lab.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                assert all(alias.name != "rope_tutor" for alias in node.names), path.name
+            if isinstance(node, ast.ImportFrom) and node.module == "rope_tutor":
+                # only the version constant, which lives in the package's __init__
+                assert [alias.name for alias in node.names] == ["__version__"], path.name
+
+
 def test_fixed_target_protocol_scores_the_same_bytes_with_more_context() -> None:
     model = make_model("alibi")
     data = torch.randint(0, 256, (2000,), generator=torch.Generator().manual_seed(0))
@@ -318,10 +401,10 @@ def test_static_methods_use_one_factor_and_yarn_beta_is_rescaled_to_the_window()
 
 
 def run_lab(*args: str, timeout: int) -> None:
-    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
+    path = os.pathsep.join(filter(None, [str(PACKAGE_PARENT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PYTHONPATH": path}
     subprocess.run(
         [sys.executable, "-m", "rope_tutor.lab", *args, "--no-progress"],
-        cwd=ROOT,
         env=env,
         check=True,
         timeout=timeout,
@@ -344,7 +427,7 @@ def test_saved_results_carry_provenance_and_sanity_checks() -> None:
 
 @pytest.mark.slow
 def test_quick_configuration_runs_every_experiment(tmp_path: Path) -> None:
-    run_lab("all", "--quick", "--out", str(tmp_path), timeout=600)
+    run_lab("all", "--quick", "--threads", "2", "--out", str(tmp_path), timeout=600)
     names = {p.name for p in tmp_path.iterdir()}
     assert {"train_short_test_long.json", "extend_rope.json", "needle.json"} <= names
     assert {"summary.json", "rope.safetensors"} <= names
@@ -353,6 +436,8 @@ def test_quick_configuration_runs_every_experiment(tmp_path: Path) -> None:
     for name, subcommand in WRITTEN_BY.items():  # provenance names the reproducing subcommand
         written = json.loads((tmp_path / name).read_text())["provenance"]["command"]
         assert written == f"python -m rope_tutor.lab {subcommand}", (name, written)
+        threads = json.loads((tmp_path / name).read_text())["provenance"]["threads"]
+        assert threads == 2, (name, threads)  # --threads holds for the whole run
 
 
 #: The subcommand that writes each saved file (``all`` runs every one of them).

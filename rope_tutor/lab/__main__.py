@@ -1,8 +1,9 @@
 """Command line of the lab: ``python -m rope_tutor.lab all`` reproduces chapters 11-13.
 
-Subcommands ``train-short-test-long``, ``extend`` and ``passkey`` run one experiment each
-(``extend`` reuses the RoPE checkpoint of the first experiment when it is present);
-``arm --encoding rope`` re-trains and evaluates one arm of the first experiment into
+Subcommands ``train-short-test-long``, ``extend`` and ``passkey`` run one step each (modules
+``short_long``, ``extend``, ``passkey``; every run ends with ``summary``; ``extend`` reuses the
+RoPE checkpoint of ``train-short-test-long`` when it is present);
+``arm --encoding rope`` re-trains and evaluates one arm of ``train-short-test-long`` into
 ``<out>/arm_<encoding>.json`` (what ``tests/test_lab.py`` compares with the saved numbers);
 ``--quick`` runs a tiny configuration (seconds) for smoke tests; ``--out`` picks the folder.
 """
@@ -16,19 +17,13 @@ import sys
 import time
 from pathlib import Path
 
-import rope_tutor as rt
-from rope_tutor.lab.experiments import (
-    BOOK,
-    DATA_DIR,
-    QUICK,
-    extend_rope,
-    find_the_needle,
-    load_corpus_for,
-    run_arm,
-    train_short_test_long,
-    write_summary,
-)
+from rope_tutor.lab.extend import extend_rope
 from rope_tutor.lab.model import ENCODINGS
+from rope_tutor.lab.passkey import find_the_needle
+from rope_tutor.lab.settings import BOOK, DEFAULT_OUT_DIR, QUICK, load_corpus_for
+from rope_tutor.lab.short_long import run_arm, train_short_test_long
+from rope_tutor.lab.summary import write_summary
+from rope_tutor.runtime import DEFAULT_THREADS, seed_everything
 
 COMMANDS = ("all", "train-short-test-long", "extend", "passkey", "arm")
 
@@ -49,22 +44,22 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(prog="python -m rope_tutor.lab", description=__doc__)
     parser.add_argument("command", choices=COMMANDS)
     parser.add_argument("--quick", action="store_true", help="tiny configuration, for tests")
-    parser.add_argument("--out", type=Path, default=None, help=f"output folder ({DATA_DIR})")
+    parser.add_argument("--out", type=Path, default=None, help=f"output folder ({DEFAULT_OUT_DIR})")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     parser.add_argument("--encoding", choices=ENCODINGS, default="rope", help="for 'arm'")
     parser.add_argument(
         "--threads",
         type=int,
-        default=rt.runtime.DEFAULT_THREADS,
+        default=DEFAULT_THREADS,
         help="torch threads (default %(default)s); reductions depend on it, so results are "
         "bit-identical only at the thread count recorded in a file's provenance",
     )
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else BOOK
-    out_dir = args.out if args.out is not None else DATA_DIR
+    out_dir = args.out if args.out is not None else DEFAULT_OUT_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
     progress = not args.no_progress
-    rt.seed_everything(0, threads=args.threads)  # pins the thread count before any computation
+    seed_everything(0, threads=args.threads)  # pins the thread count before any computation
 
     timings = {}
     start = time.perf_counter()

@@ -27,7 +27,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import rope_tutor as rt
+from rope_tutor.absolute import LearnedPositionalEmbedding, sinusoidal_encoding
+from rope_tutor.alibi import alibi_bias
+from rope_tutor.attention import SelfAttention
+from rope_tutor.rope import RotaryEmbedding
 
 __all__ = ["ENCODINGS", "ModelConfig", "TinyLM", "load_checkpoint", "save_checkpoint"]
 
@@ -68,7 +71,7 @@ class Block(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.attn_norm = nn.LayerNorm(config.dim)
-        self.attn = rt.SelfAttention(config.dim, config.num_heads, causal=True)
+        self.attn = SelfAttention(config.dim, config.num_heads, causal=True)
         self.mlp_norm = nn.LayerNorm(config.dim)
         self.mlp = nn.Sequential(
             nn.Linear(config.dim, 4 * config.dim),
@@ -99,7 +102,7 @@ class TinyLM(nn.Module):
         self.embed = nn.Embedding(config.vocab_size, config.dim)
         nn.init.normal_(self.embed.weight, std=0.02)
         self.positional = (
-            rt.LearnedPositionalEmbedding(config.context, config.dim)
+            LearnedPositionalEmbedding(config.context, config.dim)
             if config.encoding == "learned"
             else None
         )
@@ -124,7 +127,7 @@ class TinyLM(nn.Module):
                 )
             return
         self.rope_scaling = dict(scaling) if scaling is not None else None
-        rotary = rt.RotaryEmbedding(
+        rotary = RotaryEmbedding(
             self.head_dim, base=self.config.rope_base, layout="half", scaling=self.rope_scaling
         )
         for block in self.blocks:
@@ -143,10 +146,10 @@ class TinyLM(nn.Module):
         if encoding == "learned":
             x = x + self.positional(positions)  # IndexError beyond the table, by design
         elif encoding == "sinusoidal":
-            x = x + rt.sinusoidal_encoding(seq, self.config.dim).to(x.device)
+            x = x + sinusoidal_encoding(seq, self.config.dim).to(x.device)
         bias = None
         if encoding == "alibi":
-            bias = rt.alibi_bias(self.config.num_heads, seq, device=x.device)  # (heads, seq, seq)
+            bias = alibi_bias(self.config.num_heads, seq, device=x.device)  # (heads, seq, seq)
         for block in self.blocks:
             x = block(x, positions, bias)
         return F.linear(self.final_norm(x), self.embed.weight)  # tied output layer

@@ -1,21 +1,28 @@
-"""Training loop of the lab: AdamW, linear warm-up then cosine decay, gradient clipping.
+"""Training of the lab: AdamW, linear warm-up then cosine decay, gradient clipping.
 
-Part V. Deterministic on a given machine: the caller seeds everything and pins the thread count
-(``rope_tutor.seed_everything``), batches come from a function of the step number only, there
-is no dropout and no data-loader worker. A ``tqdm`` bar shows progress on stderr.
+Part V. ``train`` is the loop; ``fit`` is the one routine every step of the lab trains with:
+seed, build (or copy) the model, time, train. Deterministic on a given machine: ``fit`` seeds
+everything (``rope_tutor.runtime.seed_everything``), batches come from a function of the step
+number only, there is no dropout and no data-loader worker. A ``tqdm`` bar shows progress on
+stderr.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-__all__ = ["TrainConfig", "learning_rate", "train"]
+from rope_tutor.lab.model import ModelConfig, TinyLM
+from rope_tutor.runtime import seed_everything
+
+__all__ = ["BatchFactory", "Fitted", "TrainConfig", "fit", "learning_rate", "train"]
 
 #: ``step -> (inputs, targets, weights)``: int64 ``(batch, seq)`` inputs and targets, and either
 #: ``None`` (every target counts) or float ``(batch, seq)`` weights of each target in the loss.
@@ -97,3 +104,56 @@ def train(
             bar.set_postfix(loss=f"{losses[-1]:.3f}")
     model.eval()
     return losses
+
+
+#: ``config -> BatchFunction``: the batches of a run, drawn from ``config.seed``,
+#: ``config.steps`` and ``config.batch_size`` only, so that the seed of a run is one parameter.
+BatchFactory = Callable[[TrainConfig], BatchFunction]
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """What ``fit`` returns: the trained model, the loss of every step, the wall time in seconds
+    (a budget record, not a result) and the seed the run used."""
+
+    model: TinyLM
+    losses: list[float]
+    seconds: float
+    seed: int
+
+
+def fit(
+    arm: ModelConfig | TinyLM,
+    batches: BatchFactory,
+    config: TrainConfig,
+    *,
+    seed: int | None = None,
+    scaling: Mapping[str, Any] | None = None,
+    description: str = "train",
+    progress: bool = True,
+) -> Fitted:
+    """Seed, build, time, train: the one training routine of every step of the lab.
+
+    ``arm`` is what is trained: a ``ModelConfig`` (a new ``TinyLM`` built after seeding) or a
+    trained ``TinyLM`` to fine-tune (a copy is trained; the model passed in is not changed).
+    ``seed`` (default ``config.seed``) seeds Python, NumPy and torch before the model is built
+    and draws the batches (``batches(config)`` with ``config.seed = seed``); the thread count
+    is left as the caller pinned it (reductions, hence the last bits, depend on it).
+    ``scaling`` is the Hugging Face style ``rope_scaling`` the model trains with (``None``:
+    plain RoPE; it must be ``None`` for an encoding other than RoPE).
+    """
+    if seed is not None:
+        config = replace(config, seed=seed)
+    seed_everything(config.seed, threads=None)  # the caller pins the threads (--threads)
+    if isinstance(arm, ModelConfig):
+        model = TinyLM(arm)
+    elif isinstance(arm, TinyLM):
+        model = TinyLM(arm.config)
+        model.load_state_dict(arm.state_dict())
+    else:
+        raise TypeError(f"arm must be a ModelConfig or a TinyLM, got {type(arm).__name__}")
+    model.set_rope_scaling(scaling)
+    batch_fn = batches(config)
+    start = time.perf_counter()
+    losses = train(model, batch_fn, config, description=description, progress=progress)
+    return Fitted(model, losses, time.perf_counter() - start, config.seed)

@@ -1,0 +1,78 @@
+"""Result files of the lab: the one provenance record, writing results and reading them back.
+
+Part V. Every JSON file the lab writes carries ``provenance(...)``: what produced its numbers
+(versions, threads, settings, seeds, steps, corpus checksums) and the subcommand that re-creates
+it. ``load_results`` reads a file back, from the package's saved results or from a run's folder.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rope_tutor import __version__
+from rope_tutor.lab.data import Corpus
+from rope_tutor.lab.settings import LabSettings
+from rope_tutor.results import load as load_saved
+
+__all__ = ["load_results", "provenance", "rounded", "write_result"]
+
+
+def provenance(
+    settings: LabSettings, corpus: Corpus | None, command: str, **extra: Any
+) -> dict[str, Any]:
+    """What produced a number: versions, threads, seeds, steps, the corpus checksums, and the
+    subcommand that re-creates the file (``all`` runs every subcommand).
+
+    ``command`` is the subcommand with its options (``"extend"``, ``"arm --encoding rope"``);
+    ``corpus`` is ``None`` for the synthetic needle task; ``extra`` adds step-specific entries
+    (seed, steps, the ``TrainConfig`` as a dict, ...). ``threads`` is the torch thread count at
+    the time of the call, that is, the one the step ran with.
+    """
+    record = {
+        "rope_tutor": __version__,
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+        "machine": platform.machine(),
+        "threads": torch.get_num_threads(),
+        "settings": settings.name,
+        "command": f"python -m rope_tutor.lab {command}",
+    }
+    if corpus is not None:
+        record.update(corpus.provenance())
+    record.update(extra)
+    return record
+
+
+def rounded(value: float | None, digits: int = 5) -> float | None:
+    """``value`` rounded to ``digits`` decimals for the JSON files (``None`` stays ``None``)."""
+    return None if value is None else round(float(value), digits)
+
+
+def write_result(path: Path, payload: dict[str, Any]) -> None:
+    """Write ``payload`` as indented JSON to ``path``, creating its folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+
+
+def load_results(name: str, data_dir: Path | None = None) -> dict[str, Any]:
+    """A result file of the lab, e.g. ``load_results("summary.json")``, as a dict.
+
+    Without ``data_dir`` it reads the results saved with the package
+    (``rope_tutor.results.load("lab/" + name)``), so it works from any installation; with
+    ``data_dir`` it reads ``data_dir / name`` (the ``--out`` folder of a run of your own). Raises
+    ``FileNotFoundError`` naming the missing file.
+    """
+    if data_dir is None:
+        return load_saved(f"lab/{name}")
+    path = Path(data_dir) / name
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} not found: write it with `python -m rope_tutor.lab all --out {data_dir}`"
+        )
+    return json.loads(path.read_text(encoding="utf-8"))

@@ -1,0 +1,114 @@
+"""Every knob of the lab in one frozen dataclass: ``BOOK`` (what the chapters show) and ``QUICK``.
+
+Part V. ``python -m rope_tutor.lab`` runs ``BOOK`` and, with ``--quick``, ``QUICK``: the same
+steps in a tiny configuration (seconds) for smoke tests. Results go to ``DEFAULT_OUT_DIR``, the
+package's saved results (``rope_tutor.results``), unless ``--out`` names another folder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from rope_tutor.lab.data import Corpus, load_corpus
+from rope_tutor.lab.model import ModelConfig
+from rope_tutor.lab.train import TrainConfig
+from rope_tutor.results import RESULTS_DIR
+
+__all__ = ["BOOK", "DEFAULT_OUT_DIR", "QUICK", "LabSettings", "load_corpus_for"]
+
+#: Where the lab writes its results by default: package data, so the chapters find them wherever
+#: the package is installed (``rope_tutor.results.load("lab/…")``).
+DEFAULT_OUT_DIR = RESULTS_DIR / "lab"
+
+
+@dataclass(frozen=True)
+class LabSettings:
+    """Every knob of the lab. ``BOOK`` is what the chapters show; ``QUICK`` is for smoke tests.
+
+    ``context`` is the training length T in bytes; ``multiples`` are the evaluation lengths in
+    units of T. ``pretrain`` trains the language models of "Train short, test long",
+    ``finetune`` their fine-tunes at ``extend_factor * T`` ("Extending a trained RoPE model"),
+    ``needle_train`` and ``needle_finetune`` the retrieval models of "Finding the needle".
+    """
+
+    name: str = "book"
+    context: int = 128
+    multiples: tuple[int, ...] = (1, 2, 4, 8, 16)
+    num_layers: int = 2
+    train_bytes: int = 4_000_000
+    validation_bytes: int = 400_000
+    pretrain: TrainConfig = field(
+        default_factory=lambda: TrainConfig(steps=500, batch_size=16, lr=2e-3, warmup_steps=50)
+    )
+    eval_windows: int = 32
+    eval_seed: int = 1234
+    chunked_bytes: int = 16384
+    extend_factor: float = 4.0
+    temperature_factors: tuple[float, ...] = (2.0, 4.0, 8.0)
+    logit_multipliers: tuple[float, ...] = (
+        0.8,
+        0.9,
+        1.0,
+        1.1,
+        1.2,
+        1.3,
+        1.4,
+        1.5,
+        1.6,
+        1.8,
+        2.0,
+        2.4,
+    )
+    finetune: TrainConfig = field(
+        default_factory=lambda: TrainConfig(
+            steps=100, batch_size=4, lr=6e-4, warmup_steps=10, seed=1
+        )
+    )
+    needle_encodings: tuple[str, ...] = ("rope",)
+    needle_key_length: int = 3
+    needle_cue: int = 0
+    needle_train: TrainConfig = field(
+        default_factory=lambda: TrainConfig(steps=3000, batch_size=32, lr=3e-3, warmup_steps=30)
+    )
+    needle_multiples: tuple[int, ...] = (1, 2, 4, 8)
+    needle_samples: int = 100
+    needle_finetune: TrainConfig = field(
+        default_factory=lambda: TrainConfig(
+            steps=60, batch_size=8, lr=6e-4, warmup_steps=10, seed=1
+        )
+    )
+
+    def model_config(self, encoding: str) -> ModelConfig:
+        """The lab's model with position encoding ``encoding``: ``num_layers`` deep, trained
+        (and, for a learned table, sized) at ``context``."""
+        return ModelConfig(encoding=encoding, num_layers=self.num_layers, context=self.context)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+BOOK = LabSettings()
+QUICK = replace(
+    BOOK,
+    name="quick",
+    multiples=(1, 2, 4),
+    train_bytes=200_000,
+    validation_bytes=40_000,
+    pretrain=TrainConfig(steps=8, batch_size=4, warmup_steps=2),
+    eval_windows=4,
+    chunked_bytes=2048,
+    temperature_factors=(2.0,),
+    logit_multipliers=(1.0, 1.2),
+    finetune=TrainConfig(steps=3, batch_size=2, lr=6e-4, warmup_steps=1, seed=1),
+    needle_encodings=("rope",),
+    needle_train=TrainConfig(steps=8, batch_size=8, warmup_steps=2),
+    needle_multiples=(1, 2),
+    needle_samples=8,
+    needle_finetune=TrainConfig(steps=3, batch_size=2, lr=6e-4, warmup_steps=1, seed=1),
+)
+
+
+def load_corpus_for(settings: LabSettings) -> Corpus:
+    """The byte corpus of ``settings``: ``train_bytes`` + ``validation_bytes`` of stdlib source."""
+    return load_corpus(settings.train_bytes, settings.validation_bytes)
