@@ -83,8 +83,9 @@ class LearnedPositionalEmbedding(nn.Module):
     dim)``: row ``p`` of the table for each position ``p``. The rows start as N(0, 0.02^2) noise,
     as in Hugging Face's GPT-2 and nanoGPT (OpenAI's original GPT-2 code draws this table with
     standard deviation 0.01), and are trained with the model. A position outside
-    ``[0, max_positions)`` has no row in the table: it raises ``IndexError`` naming the position and the table size instead of
-    indexing garbage (or, on a GPU, failing with an opaque device-side assertion). A
+    ``[0, max_positions)`` has no row in the table: it raises ``IndexError`` naming the position
+    and the table size instead of indexing garbage (or, on a GPU, failing with an opaque
+    device-side assertion). A
     floating-point or boolean ``positions`` raises ``ValueError``, like every other bad argument
     of the package. Chapter "Learned absolute positions".
     """
