@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import random
+import re
+from typing import Any
 
 import numpy as np
 import torch
@@ -83,3 +85,42 @@ def notebook_setup(seed: int = 0, *, threads: int | None = DEFAULT_THREADS) -> t
     seed_everything(seed, threads=threads)
     use_book_style()
     return get_device()
+
+
+#: Matplotlib's animation player draws its buttons with Font Awesome icons loaded from a CDN; the
+#: book must work offline, so each icon becomes a plain Unicode glyph (the buttons keep their
+#: titles and aria-labels).
+_PLAYER_GLYPHS = {
+    "fa fa-minus": "−",
+    "fa fa-fast-backward": "⏮",
+    "fa fa-step-backward": "⏪",
+    "fa fa-play fa-flip-horizontal": "◀",
+    "fa fa-pause": "⏸",
+    "fa fa-play": "▶",
+    "fa fa-step-forward": "⏩",
+    "fa fa-fast-forward": "⏭",
+    "fa fa-plus": "+",
+}
+
+
+def animation_html(animation: Any, alt: str, **to_jshtml: Any) -> str:
+    """The HTML of a matplotlib animation's player that works offline, with alt text on its frames.
+
+    ``animation`` is a ``matplotlib.animation.Animation``; ``to_jshtml`` keywords (for example
+    ``default_mode="loop"``) are passed on. Matplotlib's player links a Font Awesome stylesheet
+    from a CDN for its button icons; this removes the link and draws each button as a Unicode
+    glyph, so the page makes no request to another host. ``alt`` describes the animation for
+    readers who cannot see it (it is set on the frame image). Raises ``ValueError`` for an empty
+    ``alt`` and ``RuntimeError`` if matplotlib's player markup changed so that a remote link or an
+    icon would survive.
+    """
+    if not isinstance(alt, str) or not alt.strip():
+        raise ValueError(f"alt must describe the animation, got alt={alt!r}")
+    html = animation.to_jshtml(**to_jshtml)
+    html = re.sub(r"<link[^>]*font-awesome[^>]*>", "", html, flags=re.IGNORECASE)
+    for icon, glyph in _PLAYER_GLYPHS.items():
+        html = html.replace(f'<i class="{icon}"></i>', f'<span aria-hidden="true">{glyph}</span>')
+    if re.search(r"(https?:)?//[^\s\"'<>]*\.(css|js)\b", html) or 'class="fa ' in html:
+        raise RuntimeError("matplotlib's animation player changed: it still loads remote assets")
+    escaped = alt.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
+    return html.replace("<img id=", f'<img alt="{escaped}" id=', 1)

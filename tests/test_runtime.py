@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+import rope_tutor as rt
 from rope_tutor import runtime
 
 
@@ -94,3 +95,27 @@ def test_notebook_setup(monkeypatch: pytest.MonkeyPatch) -> None:
     first = torch.randn(2).tolist()
     runtime.notebook_setup(7)
     assert torch.randn(2).tolist() == first
+
+
+def test_animation_html_works_offline_and_describes_itself() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from bs4 import BeautifulSoup
+    from matplotlib.animation import FuncAnimation
+
+    fig, ax = plt.subplots(figsize=(1, 1), dpi=20)
+    (line,) = ax.plot([], [])
+    animation = FuncAnimation(fig, lambda t: (line.set_data([0, t], [0, t]), line)[1:], frames=3)
+    raw = animation.to_jshtml()
+    assert "font-awesome" in raw  # what matplotlib does by itself: a CDN stylesheet
+    html = rt.animation_html(animation, alt='a line "grows"', default_mode="loop")
+    plt.close(fig)
+    soup = BeautifulSoup(html, "html.parser")
+    assert not soup.find_all("link"), "the player still links a stylesheet"
+    assert not soup.select("i.fa"), "a Font Awesome icon is left"
+    assert soup.find("img")["alt"] == 'a line "grows"'
+    assert len(soup.find_all("button")) == len(soup.select("button > span[aria-hidden]")) == 9
+    with pytest.raises(ValueError, match="alt must describe the animation"):
+        rt.animation_html(animation, alt=" ")
