@@ -89,16 +89,16 @@ def notebook_setup(seed: int = 0, *, threads: int | None = DEFAULT_THREADS) -> t
 
 #: Matplotlib's animation player draws its buttons with Font Awesome icons loaded from a CDN; the
 #: book must work offline, so each icon becomes a plain Unicode glyph (the buttons keep their
-#: titles and aria-labels).
+#: titles and aria-labels). Only characters that every Latin text font has, so none shows as a box.
 _PLAYER_GLYPHS = {
     "fa fa-minus": "−",
-    "fa fa-fast-backward": "⏮",
-    "fa fa-step-backward": "⏪",
+    "fa fa-fast-backward": "«",
+    "fa fa-step-backward": "‹",
     "fa fa-play fa-flip-horizontal": "◀",
-    "fa fa-pause": "⏸",
+    "fa fa-pause": "||",
     "fa fa-play": "▶",
-    "fa fa-step-forward": "⏩",
-    "fa fa-fast-forward": "⏭",
+    "fa fa-step-forward": "›",
+    "fa fa-fast-forward": "»",
     "fa fa-plus": "+",
 }
 
