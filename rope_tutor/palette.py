@@ -6,8 +6,9 @@ asks ``style(key)`` for the keyword arguments of its curve, so an arm keeps its 
 legend name from chapter to chapter, and no code name (``yarn_paper_beta``) reaches a legend.
 
 Colours: the eight of Okabe and Ito's colour-blind-safe palette for the arms that meet most often
-(the plain RoPE baseline is black), then Paul Tol's "muted" colours and a dark grey for the rest;
-all fifteen differ, so any set of arms drawn together gets distinct colours.
+(the plain RoPE baseline is black), then Paul Tol's "muted" colours and a dark grey for the rest.
+The fifteen colours all differ; the one shared colour is YaRN's, between ``"yarn"`` and
+``"yarn_paper_beta"`` (the same method), so any set of arms drawn together gets distinct colours.
 
 Keys are matched as the package writes them: Hugging Face's ``rope_type`` names (``"linear"``,
 ``"dynamic"``) and the lab's ``"rope+<method>"`` prefix map to the same arm as the lab's own key.
