@@ -6,6 +6,7 @@ implementations. Every public name is introduced in a chapter of the book.
 """
 
 from rope_tutor import exercises, results
+from rope_tutor import palette
 from rope_tutor.attention import SelfAttention, attention, causal_mask
 from rope_tutor.runtime import (
     animation_html,
