@@ -46,19 +46,23 @@ def main() -> None:
     ax_rot.set_ylabel("feature 2 of the pair")
     ax_rot.set_title("RoPE turns a query pair by m·θ (θ = 1 rad)")
 
-    methods = [
-        ("trained model (no scaling)", None),
-        (f"Position Interpolation, s = {FACTOR:g}", {"rope_type": "linear", "factor": FACTOR}),
-        (f"NTK-aware, s = {FACTOR:g}", {"rope_type": "ntk", "factor": FACTOR}),
+    methods = [  # (palette key, scaling): colours and names are the book's (rope_tutor.palette)
+        ("rope", None),
+        ("pi", {"rope_type": "linear", "factor": FACTOR}),
+        ("ntk", {"rope_type": "ntk", "factor": FACTOR}),
         (
-            f"YaRN, s = {FACTOR:g}",
+            "yarn",
             {"rope_type": "yarn", "factor": FACTOR, "original_max_position_embeddings": CONTEXT},
         ),
     ]
-    for name, scaling in methods:
+    for key, scaling in methods:
         inv_freq, _ = rt.rope_parameters(HEAD_DIM, BASE, scaling)
+        style = rt.palette.style(key)
+        label = f"{style['label']}, s = {FACTOR:g}" if scaling else "trained model (no scaling)"
         width = 4.0 if scaling is None else 1.6  # wide, so the methods that keep it stay visible
-        ax_wave.plot(2 * math.pi / inv_freq.double(), label=name, linewidth=width)
+        ax_wave.plot(
+            2 * math.pi / inv_freq.double(), color=style["color"], label=label, linewidth=width
+        )
     ax_wave.axhline(CONTEXT, color="black", linestyle="--", linewidth=1)
     ax_wave.text(1, CONTEXT * 1.3, f"original context L = {CONTEXT}", fontsize=9)
     ax_wave.set_yscale("log")
