@@ -46,4 +46,7 @@ from rope_tutor.scaling import (
     yarn_ramp,
 )
 
+# Part VI: making RoPE fast
+from rope_tutor.fast import apply_rope_fast
+
 __version__ = "0.1.0"

@@ -7,12 +7,10 @@ All You Need" (2017), section 3.5; the learned table as in BERT (Devlin et al., 
 
 from __future__ import annotations
 
-import math
-import numbers
-import operator
-
 import torch
 from torch import nn
+
+from rope_tutor import _checks
 
 __all__ = [
     "LearnedPositionalEmbedding",
@@ -22,44 +20,19 @@ __all__ = [
 ]
 
 
-def _check_positive_int(name: str, value: object) -> int:
-    """``value`` as an int if it is a positive integer (Python or NumPy int, not bool)."""
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be a positive int, got {name}={value!r}")
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name} must be a positive int, got {name}={value!r}") from None
-    if number < 1:
-        raise ValueError(f"{name} must be a positive int, got {name}={value!r}")
-    return number
-
-
-def _check_even_dim(dim: object) -> int:
-    dim = _check_positive_int("dim", dim)
-    if dim % 2:
-        raise ValueError(f"dim must be even (sin/cos pairs), got dim={dim}")
-    return dim
-
-
-def _check_base(base: object) -> float:
-    if isinstance(base, bool) or not isinstance(base, numbers.Real):
-        raise ValueError(f"base must be a real number greater than 1, got base={base!r}")
-    if not (math.isfinite(base) and base > 1):
-        raise ValueError(f"base must be a finite number greater than 1, got base={base!r}")
-    return float(base)
-
-
 def sinusoidal_frequencies(dim: int, base: float = 10000.0) -> torch.Tensor:
     """Angular frequency of each sin/cos pair: ``theta_i = base ** (-2i / dim)``, i < dim/2.
 
     Equation (sinusoidal-theta) in "Sinusoidal encoding"; Vaswani et al. (2017), section 3.5. The
     wavelength of pair ``i`` is ``2 pi / theta_i`` positions. Returns a float64 tensor of shape
-    ``(dim // 2,)`` (the callers form angles in float64). Raises ``ValueError`` if ``dim`` is not a
-    positive even int or ``base`` is not a finite number greater than 1.
+    ``(dim // 2,)`` (the callers form angles in float64). RoPE's frequencies (equation
+    (rope-theta), ``rope_frequencies``) and every context-extension method of Part IV start from
+    this function: the formula is written once, here, where the book first teaches it. Raises
+    ``ValueError`` if ``dim`` is not a positive even int or ``base`` is not a finite number
+    greater than 1.
     """
-    dim = _check_even_dim(dim)
-    base = _check_base(base)
+    dim = _checks.even_dim("dim", dim)
+    base = _checks.base(base)
     exponents = torch.arange(0, dim, 2, dtype=torch.float64) / dim  # 2i / dim
     return base**-exponents
 
@@ -76,7 +49,7 @@ def sinusoidal_encoding(num_positions: int, dim: int, base: float = 10000.0) -> 
     ``num_positions`` or ``dim`` is not a positive int, if ``dim`` is odd, or if ``base`` is not a
     finite number greater than 1.
     """
-    num_positions = _check_positive_int("num_positions", num_positions)
+    num_positions = _checks.integer("num_positions", num_positions)
     inv_freq = sinusoidal_frequencies(dim, base)  # (dim/2,)
     positions = torch.arange(num_positions, dtype=torch.float64)[:, None]  # (P, 1)
     angles = positions * inv_freq  # (P, dim/2)
@@ -96,12 +69,7 @@ def sinusoidal_relative_map(offset: float, dim: int, base: float = 10000.0) -> t
     float32 tensor of shape ``(dim, dim)``, built from float64 angles. Raises ``ValueError`` for a
     non-finite offset, an odd or non-positive ``dim`` or a ``base`` not greater than 1.
     """
-    if (
-        isinstance(offset, bool)
-        or not isinstance(offset, numbers.Real)
-        or not math.isfinite(offset)
-    ):
-        raise ValueError(f"offset must be a finite real number, got offset={offset!r}")
+    offset = _checks.real("offset", offset)
     angles = offset * sinusoidal_frequencies(dim, base)  # (dim/2,)
     cos, sin = angles.cos(), angles.sin()
     blocks = torch.stack((torch.stack((cos, sin), -1), torch.stack((-sin, cos), -1)), -2)
@@ -115,20 +83,21 @@ class LearnedPositionalEmbedding(nn.Module):
     dim)``: row ``p`` of the table for each position ``p``. The rows start as N(0, 0.02^2) noise,
     as in GPT-2, and are trained with the model. A position outside ``[0, max_positions)`` has no
     row in the table: it raises ``IndexError`` naming the position and the table size instead of
-    indexing garbage (or, on a GPU, failing with an opaque device-side assertion). A floating-point
-    or boolean ``positions`` raises ``TypeError``. Chapter "Learned absolute positions".
+    indexing garbage (or, on a GPU, failing with an opaque device-side assertion). A
+    floating-point or boolean ``positions`` raises ``ValueError``, like every other bad argument
+    of the package. Chapter "Learned absolute positions".
     """
 
     def __init__(self, max_positions: int, dim: int) -> None:
         super().__init__()
-        self.max_positions = _check_positive_int("max_positions", max_positions)
-        self.dim = _check_positive_int("dim", dim)
+        self.max_positions = _checks.integer("max_positions", max_positions)
+        self.dim = _checks.integer("dim", dim)
         self.table = nn.Embedding(self.max_positions, self.dim)
         nn.init.normal_(self.table.weight, std=0.02)
 
     def forward(self, positions: torch.Tensor) -> torch.Tensor:
         if not isinstance(positions, torch.Tensor):
-            raise TypeError(
+            raise ValueError(
                 f"positions must be an integer tensor, got {type(positions).__name__}: "
                 f"{positions!r}"
             )
@@ -137,7 +106,7 @@ class LearnedPositionalEmbedding(nn.Module):
             or positions.dtype.is_complex
             or positions.dtype == torch.bool
         ):
-            raise TypeError(f"positions must be an integer tensor, got dtype {positions.dtype}")
+            raise ValueError(f"positions must be an integer tensor, got dtype {positions.dtype}")
         if positions.numel():
             low, high = int(positions.min()), int(positions.max())
             if low < 0:

@@ -1,4 +1,4 @@
-"""Part II: rotary position embedding (RoPE).
+"""Part II: rotary position embedding (RoPE), written to be read.
 
 Chapters "Deriving rotary position embedding" (equations rope-theta, rope-complex, rope-matrix,
 rope-elementwise) and "RoPE in practice" (the two layouts, the permutation between them, partial
@@ -13,16 +13,25 @@ angle ``m * theta_i`` at position ``m``:
 
 Angles ``m * theta_i`` are always formed in float32, or float64 for float64 input, whatever the
 input dtype; the rotation runs in that precision and the result is cast back to the input dtype.
+
+``apply_rope`` here is the reference: a few lines that mirror equation (rope-elementwise). The
+same operation written for speed is ``apply_rope_fast`` (Part VI, ``rope_tutor.fast``), which
+imports this module and is tested against it; this module imports nothing from Part VI. The
+frequencies theta_i come from Part I (``sinusoidal_frequencies``) through Part IV's registry
+(``rope_parameters``), which does not import this module.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import nn
+
+from rope_tutor import _checks
+from rope_tutor.absolute import sinusoidal_frequencies
+from rope_tutor.scaling import rope_parameters
 
 __all__ = [
     "LAYOUTS",
@@ -45,40 +54,17 @@ def rope_frequencies(dim: int, base: float = 10000.0) -> torch.Tensor:
     """Angular frequency of each rotated pair: theta_i = base ** (-2i / dim), i = 0 .. dim/2 - 1.
 
     Equation (rope-theta) in "Deriving rotary position embedding"; Su et al., RoFormer (2021),
-    eq. 15. Computed in float64 and returned as float32, shape ``(dim // 2,)``. Raises
-    ``ValueError`` if ``dim`` is not a positive even int or ``base`` is not greater than 1.
+    eq. 15. The same frequencies as the sinusoidal encoding's (``sinusoidal_frequencies``,
+    equation (sinusoidal-theta)), computed there in float64 and returned here as float32, shape
+    ``(dim // 2,)``. Raises ``ValueError`` if ``dim`` is not a positive even int or ``base`` is
+    not a finite number greater than 1.
     """
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2 or dim % 2:
-        raise ValueError(f"dim must be a positive even int, got dim={dim!r}")
-    if not base > 1:
-        raise ValueError(f"base must be greater than 1, got base={base!r}")
-    exponents = torch.arange(0, dim, 2, dtype=torch.float64) / dim  # 2i / dim
-    return (base**-exponents).to(torch.float32)
+    return sinusoidal_frequencies(dim, base).to(torch.float32)
 
 
 # ----------------------------------------------------------------------------------------------
 # Input checks (every public function names the offending argument and value)
 # ----------------------------------------------------------------------------------------------
-
-
-def _check_even_dim(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 2 or value % 2:
-        raise ValueError(f"{name} must be a positive even int, got {name}={value!r}")
-    return value
-
-
-def _check_base(base: Any) -> float:
-    if isinstance(base, bool) or not isinstance(base, int | float) or not math.isfinite(base):
-        raise ValueError(f"base must be a finite number greater than 1, got base={base!r}")
-    if not base > 1:
-        raise ValueError(f"base must be greater than 1, got base={base!r}")
-    return float(base)
-
-
-def _check_layout(layout: Any) -> str:
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got layout={layout!r}")
-    return layout
 
 
 def _check_x(name: str, x: Any) -> torch.Tensor:
@@ -113,11 +99,23 @@ def _check_positions(positions: Any, seq: int | None, device: torch.device | Non
 
 def _check_rotary_dim(rotary_dim: Any, dim: int) -> int:
     if rotary_dim is None:
-        return _check_even_dim("x.shape[-1]", dim)
-    _check_even_dim("rotary_dim", rotary_dim)
+        return _checks.even_dim("x.shape[-1]", dim)
+    rotary_dim = _checks.even_dim("rotary_dim", rotary_dim)
     if rotary_dim > dim:
         raise ValueError(f"rotary_dim={rotary_dim} exceeds the head dim {dim}")
     return rotary_dim
+
+
+def _check_rope_arguments(
+    x: Any, positions: Any, base: Any, layout: Any, rotary_dim: Any
+) -> tuple[torch.Tensor, torch.Tensor, float, str, int]:
+    """The checks ``apply_rope`` and ``apply_rope_fast`` share, in one order, with one message."""
+    x = _check_x("x", x)
+    layout = _checks.choice("layout", layout, LAYOUTS)
+    base = _checks.base(base)
+    rotary_dim = _check_rotary_dim(rotary_dim, x.shape[-1])
+    positions = _check_positions(positions, x.shape[-2], x.device)
+    return x, positions, base, layout, rotary_dim
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -142,7 +140,7 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     and Hugging Face ``transformers``. ``x`` is ``(..., d)`` with ``d`` even; same shape and dtype
     out. Raises ``ValueError`` for an odd last dim.
     """
-    _check_even_dim("x.shape[-1]", x.shape[-1])
+    _checks.even_dim("x.shape[-1]", x.shape[-1])
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
 
@@ -154,59 +152,8 @@ def rotate_interleaved(x: torch.Tensor) -> torch.Tensor:
     GPT-J (``rotate_every_two``). ``x`` is ``(..., d)`` with ``d`` even; same shape and dtype out.
     Raises ``ValueError`` for an odd last dim.
     """
-    _check_even_dim("x.shape[-1]", x.shape[-1])
+    _checks.even_dim("x.shape[-1]", x.shape[-1])
     return torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
-    """Equation (rope-elementwise): ``x * cos + rotate(x) * sin`` in the given layout.
-
-    ``x`` is ``(..., seq, d)`` in any floating dtype; ``cos`` and ``sin`` are ``(seq, d/2)``, one
-    column per pair (already multiplied by the attention factor), in the compute dtype (float32
-    or float64). The arithmetic runs in ``cos.dtype``; the result has ``x``'s dtype. The only place
-    where apply_rope and RotaryEmbedding touch the features.
-
-    Written for speed (chapter "Making RoPE fast"): applying RoPE is memory-bound, so what counts
-    is the bytes moved. For input in the compute dtype the result is the only full-size buffer:
-    in the half layout it starts as ``x * [cos, cos]`` and each half then gets
-    ``-/+ (other half of x) * sin`` added in place; in the interleaved layout one complex multiply
-    does everything in a single pass. Input in a lower precision (bfloat16, float16) is converted
-    on the CPU in blocks of at most 2**18 elements, so the float32 temporaries stay in the cache
-    (on other devices, as a whole), and the result is rounded once. Differentiable (no ``out=``
-    arguments).
-    """
-
-    compute = cos.dtype
-    if layout == "half":
-        half = cos.shape[-1]
-        cos_both = torch.cat((cos, cos), dim=-1)  # (seq, d): the cos of both halves
-    else:
-        rotation = torch.complex(cos, sin)  # (seq, d/2): e^(i m theta_i), scaled
-
-    def rotated(xc: torch.Tensor, rows: slice) -> torch.Tensor:
-        """The rotation of ``xc`` (compute dtype, sequence rows ``rows``) as a new tensor."""
-        if layout == "half":
-            out = xc * cos_both[rows]  # (x1 c, x2 c): the only full-size buffer
-            out[..., :half].addcmul_(xc[..., half:], sin[rows], value=-1)  # x1 c - x2 s
-            out[..., half:].addcmul_(xc[..., :half], sin[rows])  # x2 c + x1 s
-            return out
-        if xc.stride(-1) != 1 or any(n % 2 for n in (xc.storage_offset(), *xc.stride()[:-1])):
-            xc = xc.contiguous()  # view_as_complex needs each pair adjacent and aligned
-        pairs = torch.view_as_complex(xc.unflatten(-1, (-1, 2)))  # x[2i] + i x[2i+1]
-        return torch.view_as_real(pairs * rotation[rows]).flatten(-2)
-
-    if x.dtype == compute or x.device.type != "cpu":
-        return rotated(x.to(compute), slice(None)).to(x.dtype)
-    # Blocks of 2**18 elements on one thread. With more threads, each operator on a block would
-    # split it and wait at its end for every thread, which takes milliseconds when another job
-    # holds a core; blocks below PyTorch's grain size (2**15 elements) run on this thread alone.
-    block = 2**18 if torch.get_num_threads() == 1 else 2**15 - 1
-    out = torch.empty(x.shape, dtype=x.dtype)
-    step = max(1, block // max(1, x[..., :1, :].numel()))  # sequence rows per block
-    for start in range(0, x.shape[-2], step):
-        rows = slice(start, start + step)
-        out[..., rows, :] = rotated(x[..., rows, :].to(compute), rows)
-    return out
 
 
 def _cos_sin(
@@ -220,39 +167,23 @@ def _cos_sin(
     return angles.cos() * attention_factor, angles.sin() * attention_factor
 
 
-#: The cos/sin of apply_rope's last call: (settings, positions, cos, sin), or None.
-_last_cos_sin: tuple[tuple[Any, ...], torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
+    """Equation (rope-elementwise), ``x * cos + rotate(x) * sin``, on the first features of ``x``.
 
-
-def _cos_sin_reused(
-    positions: torch.Tensor, inv_freq: torch.Tensor, attention_factor: float, dtype: torch.dtype
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``_cos_sin``, reused when the positions and settings equal those of the previous call.
-
-    Forming the angles and their cos and sin costs more than a tenth of rotating a
-    ``(1, 32, 4096, 128)`` float32 tensor on a CPU, and a model applies RoPE to q and k in every
-    layer with the same positions (chapter "Making RoPE fast"). The values are identical either
-    way: the cached tensors are the ones ``_cos_sin`` returned for equal positions.
+    ``x`` is ``(..., seq, d)`` in any floating dtype; ``cos`` and ``sin`` are ``(seq, r/2)``, one
+    column per pair (already multiplied by the attention factor) in the compute dtype (float32
+    or float64). The first ``r`` features are rotated in ``cos.dtype``, the other ``d - r`` pass
+    through; the result has ``x``'s dtype.
     """
-    global _last_cos_sin
-    settings = (dtype, positions.dtype, positions.device, tuple(inv_freq.tolist()))
-    settings += (float(attention_factor),)
-    last = _last_cos_sin
-    if last is not None and last[0] == settings and torch.equal(last[1], positions):
-        return last[2], last[3]
-    cos, sin = _cos_sin(positions, inv_freq, attention_factor, dtype)
-    _last_cos_sin = (settings, positions.clone(), cos, sin)
-    return cos, sin
-
-
-def _apply(
-    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, rotary_dim: int
-) -> torch.Tensor:
-    """Rotate the first ``rotary_dim`` features of ``x``; the rest pass through unchanged."""
-    if rotary_dim == x.shape[-1]:
-        return _rotate(x, cos, sin, layout)
-    rotated = _rotate(x[..., :rotary_dim], cos, sin, layout)
-    return torch.cat((rotated, x[..., rotary_dim:]), dim=-1)
+    rotary_dim = 2 * cos.shape[-1]
+    xr = x[..., :rotary_dim].to(cos.dtype)
+    if layout == "half":  # pair (x[i], x[i + r/2]) turns by theta_i: the angles twice, end to end
+        cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+        rotated = xr * cos + rotate_half(xr) * sin
+    else:  # pair (x[2i], x[2i+1]) turns by theta_i: each angle twice, side by side
+        cos, sin = cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
+        rotated = xr * cos + rotate_interleaved(xr) * sin
+    return torch.cat((rotated.to(x.dtype), x[..., rotary_dim:]), dim=-1)
 
 
 def apply_rope(
@@ -279,23 +210,22 @@ def apply_rope(
     Face's ``rope_scaling`` form (Part IV, ``rope_parameters``); cos and sin are multiplied by its
     attention factor. ``None`` is plain RoPE.
 
-    Angles are formed in float32 (float64 for float64 ``x``); the result is cast back. Raises
-    ``ValueError`` naming the argument for an odd or non-int dim, a positions tensor of the wrong
-    shape or length, negative or non-finite positions, an unknown layout, a base not greater than
-    1, or an invalid ``scaling``.
+    Angles are formed in float32 (float64 for float64 ``x``); the result is cast back. This is
+    the reference form, written to be read; ``apply_rope_fast`` (Part VI) computes the same
+    values with less memory traffic. Raises ``ValueError`` naming the argument for an odd or
+    non-int dim, a positions tensor of the wrong shape or length, negative or non-finite
+    positions, an unknown layout, a base that is not a finite number greater than 1, or an
+    invalid ``scaling``.
     """
-    from rope_tutor.scaling import rope_parameters
-
-    x = _check_x("x", x)
-    layout = _check_layout(layout)
-    base = _check_base(base)
-    rotary_dim = _check_rotary_dim(rotary_dim, x.shape[-1])
-    positions = _check_positions(positions, x.shape[-2], x.device)
+    x, positions, base, layout, rotary_dim = _check_rope_arguments(
+        x, positions, base, layout, rotary_dim
+    )
+    # theta_i of (rope-theta) as the scaling method changes them, and its attention factor
     inv_freq, attention_factor = rope_parameters(
         rotary_dim, base, scaling, seq_len=_seq_len(positions)
     )
-    cos, sin = _cos_sin_reused(positions, inv_freq, attention_factor, _compute_dtype(x.dtype))
-    return _apply(x, cos, sin, layout, rotary_dim)
+    cos, sin = _cos_sin(positions, inv_freq, attention_factor, _compute_dtype(x.dtype))
+    return _rotate(x, cos, sin, layout)  # x * cos + rotate(x) * sin
 
 
 def apply_rope_complex(
@@ -310,9 +240,10 @@ def apply_rope_complex(
     """
     x = _check_x("x", x)
     dim = _check_rotary_dim(None, x.shape[-1])
+    base = _checks.base(base)
     positions = _check_positions(positions, x.shape[-2], x.device)
     real = _compute_dtype(x.dtype)
-    angles = positions.to(real)[:, None] * rope_frequencies(dim, _check_base(base)).to(
+    angles = positions.to(real)[:, None] * rope_frequencies(dim, base).to(
         device=x.device, dtype=real
     )  # (seq, dim/2)
     rotation = torch.polar(torch.ones_like(angles), angles)  # e^(i m theta_i)
@@ -328,16 +259,15 @@ def rope_matrix(position: float, dim: int, *, base: float = 10000.0) -> torch.Te
     pair ``(x[2i], x[2i+1])``: ``rope_matrix(m, d) @ x`` equals ``apply_rope(x, [m],
     layout="interleaved")`` for a column vector ``x``. Wasteful in practice (``dim**2`` numbers, of
     which ``2 * dim`` are non-zero): it exists to teach. Raises ``ValueError`` for an odd dim, a
-    negative or non-finite position, or a base not greater than 1.
+    negative or non-finite position, or a base that is not a finite number greater than 1.
     """
-    dim = _check_even_dim("dim", dim)
-    if isinstance(position, torch.Tensor):
+    dim = _checks.even_dim("dim", dim)
+    if isinstance(position, torch.Tensor) and position.numel() == 1:
         position = position.item()
-    if isinstance(position, bool) or not isinstance(position, int | float):
-        raise ValueError(f"position must be a number, got position={position!r}")
-    if not math.isfinite(position) or position < 0:
+    value = _checks.real("position", position)
+    if value < 0:
         raise ValueError(f"position must be finite and >= 0, got position={position!r}")
-    angles = position * rope_frequencies(dim, _check_base(base)).double()  # (dim/2,)
+    angles = value * rope_frequencies(dim, base).double()  # (dim/2,)
     cos, sin = angles.cos(), angles.sin()
     even = torch.arange(0, dim, 2)
     matrix = torch.zeros(dim, dim, dtype=torch.float64)
@@ -366,9 +296,8 @@ def interleaved_to_half_permutation(head_dim: int, num_heads: int = 1) -> torch.
     ``(num_heads * head_dim,)``. Raises ``ValueError`` for an odd ``head_dim`` or
     ``num_heads < 1``.
     """
-    _check_even_dim("head_dim", head_dim)
-    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
-        raise ValueError(f"num_heads must be a positive int, got num_heads={num_heads!r}")
+    head_dim = _checks.even_dim("head_dim", head_dim)
+    num_heads = _checks.integer("num_heads", num_heads)
     within_head = torch.cat((torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)))
     offsets = torch.arange(num_heads)[:, None] * head_dim  # (num_heads, 1)
     return (offsets + within_head).flatten()
@@ -418,14 +347,13 @@ class RotaryEmbedding(nn.Module):
         rotary_dim: int | None = None,
     ) -> None:
         super().__init__()
-        from rope_tutor.scaling import rope_parameters
-
-        self.dim = _check_even_dim("dim", dim)
-        self.rotary_dim = _check_rotary_dim(rotary_dim, dim)
-        self.base = _check_base(base)
-        self.layout = _check_layout(layout)
+        self.dim = _checks.even_dim("dim", dim)
+        self.rotary_dim = _check_rotary_dim(rotary_dim, self.dim)
+        self.base = _checks.base(base)
+        self.layout = _checks.choice("layout", layout, LAYOUTS)
         self.scaling = dict(scaling) if scaling is not None else None
         rope_parameters(self.rotary_dim, self.base, self.scaling, seq_len=1)  # validate now
+        # The cos/sin table lives on the module, one per RotaryEmbedding (no module-level state):
         # (device, compute dtype, inv_freq, attention_factor) -> cos, sin of (length, rotary_dim/2)
         self._cache: tuple[tuple[Any, ...], torch.Tensor, torch.Tensor] | None = None
 
@@ -438,8 +366,6 @@ class RotaryEmbedding(nn.Module):
         (float64 for float64, else float32), on the device of ``positions``. Integer positions
         are served from the cache.
         """
-        from rope_tutor.scaling import rope_parameters
-
         positions = _check_positions(positions, None, None)
         compute = _compute_dtype(dtype)
         length = _seq_len(positions)
@@ -473,10 +399,7 @@ class RotaryEmbedding(nn.Module):
             )
         positions = _check_positions(positions, q.shape[-2], q.device)
         cos, sin = self.cos_sin(positions, q.dtype)
-        return (
-            _apply(q, cos, sin, self.layout, self.rotary_dim),
-            _apply(k, cos, sin, self.layout, self.rotary_dim),
-        )
+        return _rotate(q, cos, sin, self.layout), _rotate(k, cos, sin, self.layout)
 
     def extra_repr(self) -> str:
         return (

@@ -3,6 +3,10 @@
 The registry speaks Hugging Face's ``rope_scaling`` vocabulary: ``scaling["rope_type"]`` picks the
 method. Chapters "The extrapolation problem" to "Beyond: NTK-by-parts and YaRN".
 
+Like Hugging Face's ``modeling_rope_utils``, this registry knows nothing of the model code: it
+imports Part I's frequencies (``sinusoidal_frequencies``, theta_i = b^(-2i/d)) and Part II
+(``rope``) imports it, never the reverse.
+
 Every method returns ``(inv_freq, attention_factor)``. Frequencies are computed in float64 and
 returned as float32; cos and sin are multiplied by ``attention_factor`` by the caller.
 """
@@ -10,13 +14,13 @@ returned as float32; cos and sin are multiplied by ``attention_factor`` by the c
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
-from rope_tutor.rope import rope_frequencies
+from rope_tutor import _checks
+from rope_tutor.absolute import sinusoidal_frequencies
 
 __all__ = [
     "SCALINGS",
@@ -81,10 +85,7 @@ def _number(scaling: Mapping[str, Any], key: str, default: float | None = None) 
             kind = scaling.get("rope_type", scaling.get("type"))
             raise ValueError(f"rope_type {kind!r} needs the key {key!r}, which is missing")
         return default
-    value = scaling[key]
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"{key} must be a finite number, got {key}={value!r}")
-    return float(value)
+    return _checks.real(key, scaling[key])
 
 
 def _factor(scaling: Mapping[str, Any]) -> float:
@@ -96,24 +97,14 @@ def _factor(scaling: Mapping[str, Any]) -> float:
 
 def _window(scaling: Mapping[str, Any]) -> int:
     key = "original_max_position_embeddings"
-    _number(scaling, key)
-    window = scaling[key]
-    if not isinstance(window, int) or window < 2:
-        raise ValueError(f"{key} must be an int >= 2 (a number of tokens), got {key}={window!r}")
-    return window
+    if key not in scaling:
+        _number(scaling, key)  # the missing-key message
+    return _checks.integer(key, scaling[key], minimum=2)
 
 
-def _float64_theta(dim: int, base: float) -> torch.Tensor:
-    """theta_i in float64: the methods combine them before the single cast to float32."""
-    rope_frequencies(dim, base)  # validates dim and base with the Part II messages
-    return base ** -(torch.arange(0, dim, 2, dtype=torch.float64) / dim)
-
-
-def _check_ntk_dim(dim: int) -> None:
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 4 or dim % 2:
-        raise ValueError(
-            f"NTK-aware scaling needs an even int dim >= 4 (exponent dim/(dim-2)), got {dim=}"
-        )
+def _check_ntk_dim(dim: int) -> int:
+    """NTK-aware bases use the exponent dim / (dim - 2): dim must be even and at least 4."""
+    return _checks.integer("dim", dim, minimum=4, even=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -128,7 +119,8 @@ def rotations_per_window(dim: int, base: float, window: int) -> torch.Tensor:
     al., YaRN (2023), section 3.2. A pair with r_i >= 1 has seen every angle during training.
     Returns float64 of shape ``(dim // 2,)``.
     """
-    return window * _float64_theta(dim, base) / (2 * math.pi)
+    window = _checks.integer("window", window)
+    return window * sinusoidal_frequencies(dim, base) / (2 * math.pi)
 
 
 def ntk_scaled_base(base: float, factor: float, dim: int) -> float:
@@ -138,7 +130,8 @@ def ntk_scaled_base(base: float, factor: float, dim: int) -> float:
     (2023), appendix A.1: the slowest pair is interpolated by exactly s, the fastest is untouched.
     Raises ``ValueError`` for ``dim < 4`` or ``factor < 1``.
     """
-    _check_ntk_dim(dim)
+    dim = _check_ntk_dim(dim)
+    base = _checks.base(base)
     factor = _factor({"factor": factor})
     return base * factor ** (dim / (dim - 2))
 
@@ -150,6 +143,7 @@ def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
     (``mscale`` = 1 there; DeepSeek-V2/V3 configs set other values). Cos and sin are both
     multiplied by it, so the attention logits are multiplied by its square.
     """
+    factor, mscale = _checks.real("factor", factor), _checks.real("mscale", mscale)
     return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 
 
@@ -171,6 +165,15 @@ def yarn_correction_range(
     (the ramp would run backwards: fast pairs interpolated, slow pairs untouched) or if a beta is
     not positive.
     """
+    dim, base = _checks.even_dim("dim", dim), _checks.base(base)
+    window = _checks.integer(
+        "original_max_position_embeddings", original_max_position_embeddings, minimum=2
+    )
+    beta_fast, beta_slow = (
+        _checks.real("beta_fast", beta_fast),
+        _checks.real("beta_slow", beta_slow),
+    )
+    truncate = _checks.flag("truncate", truncate)
     if not beta_slow > 0:
         raise ValueError(f"beta_slow must be > 0 (a number of turns), got beta_slow={beta_slow!r}")
     if beta_fast < beta_slow:
@@ -180,11 +183,7 @@ def yarn_correction_range(
         )
 
     def index_of(turns: float) -> float:
-        return (
-            dim
-            * math.log(original_max_position_embeddings / (2 * math.pi * turns))
-            / (2 * math.log(base))
-        )
+        return dim * math.log(window / (2 * math.pi * turns)) / (2 * math.log(base))
 
     low, high = index_of(beta_fast), index_of(beta_slow)
     if truncate:
@@ -230,7 +229,8 @@ def effective_scale_factors(
     Returns float64 of shape ``(dim // 2,)``.
     """
     inv_freq, _ = rope_parameters(dim, base, scaling, seq_len=seq_len)
-    return rope_frequencies(dim, base).double() / inv_freq.double()
+    theta = sinusoidal_frequencies(dim, base).float()  # rounded to float32, as inv_freq is
+    return theta.double() / inv_freq.double()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,7 +242,7 @@ def _default(
     dim: int, base: float, scaling: Mapping[str, Any], seq_len: int | None
 ) -> tuple[torch.Tensor, float]:
     """Unscaled RoPE: theta_i = base ** (-2i/dim), attention factor 1 (Su et al., 2021)."""
-    return rope_frequencies(dim, base), 1.0
+    return sinusoidal_frequencies(dim, base).float(), 1.0
 
 
 def _linear(
@@ -252,7 +252,7 @@ def _linear(
 
     Equations (pi-positions) and (pi-theta) in "Position Interpolation"; Chen et al. (2023), eq. 4.
     """
-    theta = _float64_theta(dim, base) / _factor(scaling)
+    theta = sinusoidal_frequencies(dim, base) / _factor(scaling)
     return theta.float(), 1.0
 
 
@@ -264,7 +264,7 @@ def _ntk(
     Equation (ntk-base) in "NTK-aware scaling"; bloc97 (2023). Not in Hugging Face (its
     ``"dynamic"`` type is the dynamic variant).
     """
-    return _float64_theta(dim, ntk_scaled_base(base, _factor(scaling), dim)).float(), 1.0
+    return sinusoidal_frequencies(dim, ntk_scaled_base(base, _factor(scaling), dim)).float(), 1.0
 
 
 def _dynamic(
@@ -279,7 +279,7 @@ def _dynamic(
     factor, window = _factor(scaling), _window(scaling)
     length = window if seq_len is None else max(int(seq_len), window)
     new_base = base * (factor * length / window - (factor - 1)) ** (dim / (dim - 2))
-    return _float64_theta(dim, new_base).float(), 1.0
+    return sinusoidal_frequencies(dim, new_base).float(), 1.0
 
 
 def _yarn(
@@ -294,9 +294,7 @@ def _yarn(
     YaRN (2023); "Beyond: NTK-by-parts and YaRN".
     """
     factor, window = _factor(scaling), _window(scaling)
-    truncate = scaling.get("truncate", True)
-    if not isinstance(truncate, bool):
-        raise ValueError(f"truncate must be True or False, got truncate={truncate!r}")
+    truncate = _checks.flag("truncate", scaling.get("truncate", True))
     gamma = yarn_ramp(
         dim,
         base,
@@ -305,7 +303,7 @@ def _yarn(
         _number(scaling, "beta_slow", 1.0),
         truncate,
     )
-    theta = _float64_theta(dim, base)
+    theta = sinusoidal_frequencies(dim, base)
     inv_freq = gamma * theta + (1 - gamma) * theta / factor
 
     if "attention_factor" in scaling:
@@ -339,7 +337,7 @@ def _llama3(
             "need 0 < low_freq_factor < high_freq_factor, got "
             f"low_freq_factor={low!r} and high_freq_factor={high!r}"
         )
-    theta = _float64_theta(dim, base)
+    theta = sinusoidal_frequencies(dim, base)
     turns = window * theta / (2 * math.pi)  # L / wavelength
     keep = ((turns - low) / (high - low)).clamp(0, 1)  # 1: untouched, 0: divided by s
     inv_freq = keep * theta + (1 - keep) * theta / factor
@@ -371,7 +369,7 @@ def _longrope(
             if value <= 0:
                 raise ValueError(f"{name} entries must be > 0, got {name} containing {value!r}")
     ext = torch.tensor(scaling[key], dtype=torch.float64)
-    inv_freq = _float64_theta(dim, base) / ext
+    inv_freq = sinusoidal_frequencies(dim, base) / ext
 
     if "attention_factor" in scaling:
         attention_factor = _number(scaling, "attention_factor")
@@ -414,6 +412,7 @@ def rope_parameters(
     ``low_freq_factor >= high_freq_factor``, ``beta_fast < beta_slow`` or a factor list whose
     length is not ``dim // 2``.
     """
+    dim, base = _checks.even_dim("dim", dim), _checks.base(base)
     scaling = dict(scaling or {})
     kind = scaling.get("rope_type", scaling.get("type", "default"))
     if kind not in SCALINGS:
@@ -429,7 +428,7 @@ def rope_parameters(
         raise ValueError(
             f"rope_theta={scaling['rope_theta']!r} in the scaling dict disagrees with base={base!r}"
         )
-    if seq_len is not None and (not isinstance(seq_len, numbers.Integral) or seq_len < 1):
-        raise ValueError(f"seq_len must be a positive int, got seq_len={seq_len!r}")
+    if seq_len is not None:
+        seq_len = _checks.integer("seq_len", seq_len)
     scaling["rope_type"] = kind
     return SCALINGS[kind](dim, base, scaling, seq_len)

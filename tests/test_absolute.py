@@ -147,9 +147,9 @@ def test_projections_break_the_relative_property_unless_they_commute() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"num_positions": 4, "dim": 7}, "dim must be even.*dim=7"),
-        ({"num_positions": 4, "dim": 0}, "dim must be a positive int.*dim=0"),
-        ({"num_positions": 4, "dim": -2}, "dim must be a positive int.*dim=-2"),
+        ({"num_positions": 4, "dim": 7}, "dim must be a positive even int.*dim=7"),
+        ({"num_positions": 4, "dim": 0}, "dim must be a positive even int.*dim=0"),
+        ({"num_positions": 4, "dim": -2}, "dim must be a positive even int.*dim=-2"),
         ({"num_positions": 0, "dim": 4}, "num_positions must be a positive int.*num_positions=0"),
         ({"num_positions": -3, "dim": 4}, "num_positions must be a positive int.*=-3"),
         ({"num_positions": 2.0, "dim": 4}, r"num_positions must be a positive int.*=2\.0"),
@@ -178,7 +178,7 @@ def test_numpy_integers_are_accepted() -> None:
     [
         ((float("inf"), 4), "offset must be a finite real number, got offset=inf"),
         (("3", 4), "offset must be .*offset='3'"),
-        ((1, 5), "dim must be even.*dim=5"),
+        ((1, 5), "dim must be a positive even int.*dim=5"),
         ((1, 4, 0.5), r"base must be .*base=0\.5"),
     ],
 )
@@ -230,9 +230,9 @@ def test_empty_positions_are_fine() -> None:
         ),
         (torch.tensor([[1, 2], [100, 3]]), IndexError, "position 100 .*max_positions=4"),
         (torch.tensor([-1, 2]), IndexError, "positions must be >= 0, got position -1"),
-        (torch.tensor([0.0, 1.0]), TypeError, "positions must be an integer tensor.*float32"),
-        (torch.tensor([True, False]), TypeError, "positions must be an integer tensor.*bool"),
-        ([0, 1], TypeError, r"positions must be an integer tensor, got list: \[0, 1\]"),
+        (torch.tensor([0.0, 1.0]), ValueError, "positions must be an integer tensor.*float32"),
+        (torch.tensor([True, False]), ValueError, "positions must be an integer tensor.*bool"),
+        ([0, 1], ValueError, r"positions must be an integer tensor, got list: \[0, 1\]"),
     ],
 )
 def test_learned_bad_positions_raise_clearly(positions: object, error: type, message: str) -> None:

@@ -383,29 +383,47 @@ def test_self_attention_with_rope_depends_on_relative_position_only() -> None:
     assert not torch.allclose(layer(x, positions=positions * 2), out)  # distances matter
 
 
-def test_scaling_is_wired_through_rope_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen = []
-
-    def fake_rope_parameters(dim, base=10000.0, scaling=None, *, seq_len=None):
-        seen.append((dim, base, scaling, seq_len))
-        return rope_frequencies(dim, base) * 0.5, 1.5
-
-    monkeypatch.setattr(rope_tutor.scaling, "rope_parameters", fake_rope_parameters)
-    x = gaussian(2, 6, seed=15)
-    setting = {"rope_type": "fake"}
-    got = apply_rope(x, [4, 9], base=100.0, scaling=setting)
-    theta = [0.5, 0.5 * 100 ** (-2 / 6), 0.5 * 100 ** (-4 / 6)]
+def rotate_by_hand(x: torch.Tensor, positions, inv_freq, factor: float) -> torch.Tensor:
+    """Half-layout RoPE written out pair by pair in float64, cos and sin times ``factor``."""
+    half = x.shape[-1] // 2
     expected = torch.empty_like(x)
-    for row, m in enumerate((4, 9)):
-        for i, t in enumerate(theta):
-            c, s = 1.5 * math.cos(m * t), 1.5 * math.sin(m * t)
-            expected[row, i] = x[row, i] * c - x[row, i + 3] * s
-            expected[row, i + 3] = x[row, i + 3] * c + x[row, i] * s
-    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
-    assert seen[-1] == (6, 100.0, setting, 10)  # seq_len = largest position + 1
-    q, _ = RotaryEmbedding(6, base=100.0, scaling=setting)(x, x, torch.tensor([4, 9]))
-    torch.testing.assert_close(q, expected, rtol=0, atol=1e-5)
-    assert seen[-1][3] == 10
+    for row, m in enumerate(positions):
+        for i in range(half):
+            angle = float(m) * float(inv_freq[i])
+            c, s = factor * math.cos(angle), factor * math.sin(angle)
+            expected[row, i] = x[row, i] * c - x[row, i + half] * s
+            expected[row, i + half] = x[row, i + half] * c + x[row, i] * s
+    return expected
+
+
+DYNAMIC = {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 8}
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}
+
+
+@pytest.mark.parametrize("setting", [DYNAMIC, YARN], ids=["dynamic", "yarn"])
+def test_scaling_is_wired_through_rope_parameters(setting: dict) -> None:
+    # Positions up to 11: a scaling method sees seq_len = 12, past the trained window of 8.
+    x = gaussian(2, 6, seed=15)
+    positions = [4, 11]
+    inv_freq, factor = rope_tutor.scaling.rope_parameters(6, 100.0, setting, seq_len=12)
+    expected = rotate_by_hand(x, positions, inv_freq, factor)
+    got = apply_rope(x, positions, base=100.0, scaling=setting)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+    q, _ = RotaryEmbedding(6, base=100.0, scaling=setting)(x, x, torch.tensor(positions))
+    torch.testing.assert_close(q, expected, rtol=0, atol=1e-12)
+    if setting is DYNAMIC:  # the length matters: seq_len 11 would give other frequencies
+        other, _ = rope_tutor.scaling.rope_parameters(6, 100.0, setting, seq_len=11)
+        assert not torch.allclose(rotate_by_hand(x, positions, other, 1.0), got)
+    else:  # YaRN's attention factor 0.1 ln(s) + 1 multiplies cos and sin (Peng et al., eq. 22)
+        assert factor == pytest.approx(0.1 * math.log(4.0) + 1)
+
+
+def test_linear_scaling_is_position_interpolation() -> None:
+    # Chen et al. (2023): PI reads position m as m / s.
+    x = gaussian(3, 8, seed=18)
+    positions = torch.tensor([0, 7, 40])
+    linear = apply_rope(x, positions, scaling={"rope_type": "linear", "factor": 4.0})
+    torch.testing.assert_close(linear, apply_rope(x, positions / 4), rtol=0, atol=1e-6)
 
 
 def test_no_scaling_equals_default_scaling() -> None:

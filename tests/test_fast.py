@@ -1,0 +1,223 @@
+"""Part VI: ``apply_rope_fast`` against Part II's reference ``apply_rope`` and Hugging Face.
+
+The two functions share their checks and their cos/sin (the same float32 or float64 angles);
+they differ in the order of the arithmetic and, for bfloat16 and float16, in nothing but where
+the single rounding happens. So they must agree to a few units in the last place of the compute
+dtype, and, in a low-precision dtype, to one unit of that dtype.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+import rope_tutor as rt
+from rope_tutor.fast import apply_rope_fast
+from rope_tutor.rope import apply_rope
+
+DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+LAYOUTS = ["half", "interleaved"]
+
+#: One setting per context-extension method of Part IV, for a rotated size of 16 (8 pairs).
+SCALINGS = {
+    "none": None,
+    "default": {"rope_type": "default"},
+    "linear": {"rope_type": "linear", "factor": 4.0},
+    "ntk": {"rope_type": "ntk", "factor": 4.0},
+    "dynamic": {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 32},
+    "yarn": {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 32},
+    "llama3": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 32,
+    },
+    "longrope": {
+        "rope_type": "longrope",
+        "factor": 4.0,
+        "original_max_position_embeddings": 32,
+        "short_factor": [1.0 + 0.1 * i for i in range(8)],
+        "long_factor": [1.0 + 0.5 * i for i in range(8)],
+    },
+}
+assert {s["rope_type"] for s in SCALINGS.values() if s} == set(rt.SCALINGS)  # every method
+
+
+def gaussian(*shape: int, seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=generator, dtype=torch.float64).to(dtype)
+
+
+def assert_agree(fast: torch.Tensor, reference: torch.Tensor, x: torch.Tensor) -> None:
+    """Equal up to 8 units in the last place of the compute dtype, then one rounding to x's."""
+    assert fast.shape == reference.shape == x.shape
+    assert fast.dtype == reference.dtype == x.dtype
+    compute = torch.float64 if x.dtype == torch.float64 else torch.float32
+    scale = 2 * x.double().abs().amax(dim=-1, keepdim=True)  # >= |pair| * attention factor
+    bound = 8 * torch.finfo(compute).eps * scale
+    if x.dtype in (torch.bfloat16, torch.float16):
+        bound = bound + torch.finfo(x.dtype).eps * reference.double().abs()  # one unit apart
+    gap = (fast.double() - reference.double()).abs()
+    assert (gap <= bound).all(), float((gap - bound).max())
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("rotary_dim", [None, 16, 8])
+@pytest.mark.parametrize("with_out", [False, True], ids=["new", "out"])
+def test_fast_agrees_with_reference(dtype, layout, rotary_dim, with_out) -> None:
+    x = gaussian(2, 3, 40, 16, seed=1, dtype=dtype)
+    positions = torch.arange(40) * 37  # up to 1443
+    reference = apply_rope(x, positions, layout=layout, rotary_dim=rotary_dim)
+    out = torch.full_like(x, float("nan")) if with_out else None
+    fast = apply_rope_fast(x, positions, layout=layout, rotary_dim=rotary_dim, out=out)
+    assert_agree(fast, reference, x)
+    if with_out:
+        assert fast is out
+    if rotary_dim == 8:  # the pass-through features are copied exactly
+        assert torch.equal(fast[..., 8:], x[..., 8:])
+
+
+@pytest.mark.parametrize("name", list(SCALINGS))
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_fast_agrees_with_reference_for_every_scaling(name, layout, dtype) -> None:
+    x = gaussian(1, 2, 50, 20, seed=2, dtype=dtype)
+    positions = torch.arange(50) * 3  # up to 147: past the trained window of 32
+    kwargs = {"base": 500.0, "layout": layout, "scaling": SCALINGS[name], "rotary_dim": 16}
+    reference = apply_rope(x, positions, **kwargs)
+    assert_agree(apply_rope_fast(x, positions, **kwargs), reference, x)
+    assert_agree(apply_rope_fast(x, positions, **kwargs, out=torch.empty_like(x)), reference, x)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_non_contiguous_input_and_out(layout, dtype) -> None:
+    # (batch, seq, heads, head_dim) transposed to (batch, heads, seq, head_dim), as in HF models.
+    x = gaussian(2, 30, 3, 16, seed=3, dtype=dtype).transpose(1, 2)
+    # Every other feature of a wider tensor: stride 2 in the last dim.
+    strided = gaussian(2, 3, 30, 32, seed=4, dtype=dtype)[..., ::2]
+    for tensor in (x, strided):
+        assert not tensor.is_contiguous()
+        reference = apply_rope(tensor, torch.arange(30), layout=layout)
+        assert_agree(apply_rope_fast(tensor, torch.arange(30), layout=layout), reference, tensor)
+        # A KV-cache-like destination: a transposed slice of a larger buffer.
+        cache = torch.zeros(2, 40, 3, 16, dtype=dtype)
+        out = cache[:, 5:35].transpose(1, 2)
+        got = apply_rope_fast(tensor, torch.arange(30), layout=layout, out=out)
+        assert got is out
+        assert_agree(out, reference, tensor)
+        assert torch.equal(cache[:, :5], torch.zeros_like(cache[:, :5]))  # nothing else written
+        assert torch.equal(cache[:, 35:], torch.zeros_like(cache[:, 35:]))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_low_precision_blocks_cover_every_row(threads: int, layout: str) -> None:
+    # 2 * 4 * 1100 * 64 = 563,200 elements: several blocks of 2**18 (1 thread) or 2**15 - 1.
+    x = gaussian(2, 4, 1100, 64, seed=5, dtype=torch.bfloat16)
+    positions = torch.arange(1100) * 7
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        fast = apply_rope_fast(x, positions, layout=layout)
+    finally:
+        torch.set_num_threads(before)
+    assert_agree(fast, apply_rope(x, positions, layout=layout), x)
+
+
+@pytest.mark.parametrize("base", [10000.0, 500000.0])
+def test_fast_matches_hf_llama(base: float) -> None:
+    batch, heads, seq, head_dim = 2, 3, 40, 32
+    config = LlamaConfig(
+        hidden_size=heads * head_dim,
+        num_attention_heads=heads,
+        rope_parameters={"rope_type": "default", "rope_theta": base},
+    )
+    q = gaussian(batch, heads, seq, head_dim, seed=6)
+    k = gaussian(batch, heads, seq, head_dim, seed=7)
+    positions = torch.arange(seq) * 50  # up to 1950
+    cos, sin = LlamaRotaryEmbedding(config)(q, positions[None].expand(batch, seq))
+    hf_q, hf_k = apply_rotary_pos_emb(q, k, cos, sin)
+    torch.testing.assert_close(apply_rope_fast(q, positions, base=base), hf_q, rtol=0, atol=2e-4)
+    out = torch.empty_like(k)
+    apply_rope_fast(k, positions, base=base, out=out)
+    torch.testing.assert_close(out, hf_k, rtol=0, atol=2e-4)
+
+
+def test_positions_default_to_zero_to_seq_minus_one() -> None:
+    x = gaussian(3, 12, 8, seed=8)
+    assert torch.equal(apply_rope_fast(x), apply_rope_fast(x, torch.arange(12)))
+
+
+def test_input_is_not_modified_and_gradients_flow() -> None:
+    for layout in LAYOUTS:
+        x = gaussian(2, 10, 8, seed=9, dtype=torch.float64).requires_grad_()
+        before = x.detach().clone()
+        apply_rope_fast(x, torch.arange(10), layout=layout).square().sum().backward()
+        assert torch.equal(x.detach(), before)
+        # The rotation is orthogonal: d/dx |R x|^2 = 2 x.
+        torch.testing.assert_close(x.grad, 2 * before, rtol=0, atol=1e-12)
+
+
+def test_is_exported_with_apply_ropes_keywords() -> None:
+    import inspect
+
+    assert rt.apply_rope_fast is apply_rope_fast
+    reference = inspect.signature(apply_rope).parameters
+    fast = inspect.signature(apply_rope_fast).parameters
+    assert list(fast) == [*reference, "out"]
+    for name in ("base", "layout", "scaling", "rotary_dim"):
+        assert fast[name].default == reference[name].default
+        assert fast[name].kind == reference[name].kind == inspect.Parameter.KEYWORD_ONLY
+    assert fast["positions"].default is None and fast["out"].default is None
+
+
+X = torch.zeros(2, 3, 8)
+
+
+@pytest.mark.parametrize(
+    ("out", "message"),
+    [
+        (torch.zeros(2, 3, 6), r"out has shape \(2, 3, 6\).*expected shape \(2, 3, 8\)"),
+        (torch.zeros(2, 3, 8, dtype=torch.float64), "dtype torch.float64.*expected.*float32"),
+        (torch.zeros(2, 3, 8, device="meta"), "on meta.*expected.*on cpu"),
+        (torch.zeros(8).expand(2, 3, 8), "out has a broadcast"),
+        (X, "out overlaps x"),
+        ([0.0] * 8, "out must be a tensor"),
+    ],
+)
+def test_bad_out_raises_naming_out(out, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        apply_rope_fast(X, torch.arange(3), out=out)
+
+
+def test_overlapping_views_are_rejected_and_separate_halves_accepted() -> None:
+    buffer = torch.zeros(2, 3, 16)
+    x = buffer[..., :8]
+    with pytest.raises(ValueError, match="out overlaps x"):
+        apply_rope_fast(x, torch.arange(3), out=buffer[..., 4:12])
+    out = torch.zeros(2, 3, 8)
+    assert apply_rope_fast(x, torch.arange(3), out=out) is out
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"x": torch.zeros(2, 3, 7)}, r"x.shape\[-1\]=7"),
+        ({"positions": torch.arange(4)}, "positions has length 4"),
+        ({"layout": "neox"}, "layout='neox'"),
+        ({"base": 1.0}, "base=1.0"),
+        ({"rotary_dim": 10}, "rotary_dim=10"),
+        ({"scaling": {"rope_type": "no-such-method"}}, "no-such-method"),
+    ],
+)
+def test_bad_input_raises_like_apply_rope(kwargs: dict, message: str) -> None:
+    arguments = {"x": X, "positions": torch.arange(3), **kwargs}
+    x, positions = arguments.pop("x"), arguments.pop("positions")
+    for function in (apply_rope, apply_rope_fast):
+        with pytest.raises(ValueError, match=message):
+            function(x, positions, **arguments)
