@@ -110,7 +110,7 @@ class Form:
 
 
 def rope_halves(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE written on the two halves, the form inductor fuses: ``x`` (..., seq, d), tables (seq, d/2).
+    """RoPE on the two halves, the form inductor fuses: ``x`` (..., seq, d), tables (seq, d/2).
 
     ``cat(x1 cos - x2 sin, x2 cos + x1 sin)``: equation (rope-elementwise) in the half layout,
     computed in the tables' dtype (float32) and cast back to ``x``'s dtype.
@@ -196,7 +196,7 @@ def make_forms(
         except ImportError:  # optional: the test environment pins it
             pass
         else:
-            hf_cos, hf_sin = cos_full[None], sin_full[None]  # (1, seq, dim), as LlamaRotaryEmbedding
+            hf_cos, hf_sin = cos_full[None], sin_full[None]  # (1, seq, dim), as HF builds them
             forms.append(
                 Form(
                     TRANSFORMERS,
@@ -275,7 +275,7 @@ def benchmark_forms(
     progress: bool = True,
     description: str = "",
 ) -> dict[str, list[float]]:
-    """Seconds per call and tensor of every form: ``warmup`` untimed calls each, then ``rounds`` rounds.
+    """Seconds per call and tensor of each form: ``warmup`` untimed calls each, then ``rounds``.
 
     In round ``r`` every form runs once, starting with form ``r mod len(forms)``, so slow drifts
     of the machine (other processes, clock changes) touch every form alike and ratios computed
@@ -412,74 +412,14 @@ def attention_layer_share(
     k_cache = torch.randn(1, num_heads, cache + 1, head_dim, generator=generator).to(device)
     v_cache = torch.randn(1, num_heads, cache + 1, head_dim, generator=generator).to(device)
     synchronize = _synchronizer(device)
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-
-    def heads(t: torch.Tensor) -> torch.Tensor:  # (1, seq, hidden) -> (1, heads, seq, head_dim)
-        return t.unflatten(-1, (num_heads, head_dim)).transpose(1, 2)
-
-    results: dict[str, Any] = {}
-    for phase, seq in (("prefill", prefill), ("decode", 1)):
-        start = 0 if phase == "prefill" else cache
-        positions = torch.arange(start, start + seq, device=device)
-        x = torch.randn(1, seq, hidden, generator=generator).to(device)
-        rows = slice(start, start + seq)
-        state: dict[str, torch.Tensor] = {}
-
-        def qkv() -> None:
-            state["q"], state["k"], state["v"] = map(heads, (x @ w_qkv.T).chunk(3, dim=-1))
-
-        def rope() -> None:
-            state["q_rot"] = apply_rope_fast(state["q"], positions)
-            if phase == "decode":  # the KV-cache write: rotate k straight into its cache slot
-                apply_rope_fast(state["k"], positions, out=k_cache[:, :, rows])
-                v_cache[:, :, rows] = state["v"]
-                state["k_rot"], state["v_all"] = k_cache, v_cache
-            else:
-                state["k_rot"] = apply_rope_fast(state["k"], positions)
-                state["v_all"] = state["v"]
-
-        def rope_textbook() -> None:
-            c, s = cos_full[rows], sin_full[rows]
-            for name in ("q", "k"):
-                _ = state[name] * c + rotate_half(state[name]) * s
-
-        def attend() -> None:
-            state["a"] = sdpa(
-                state["q_rot"], state["k_rot"], state["v_all"], is_causal=phase == "prefill"
-            )
-
-        def project() -> None:
-            state["y"] = state["a"].transpose(1, 2).flatten(-2) @ w_out.T
-
-        stages = {
-            "QKV projection": qkv,
-            "RoPE on q and k": rope,
-            "attention (SDPA)": attend,
-            "output projection": project,
-            "RoPE on q and k, textbook form": rope_textbook,
-        }
-        for run in stages.values():  # warm-up
-            run()
-        times: dict[str, list[float]] = {name: [] for name in stages}
-        for _ in range(rounds):
-            for name, run in stages.items():
-                times[name].append(_timed(run, synchronize))
-        layer = [
-            sum(times[name][r] for name in list(stages)[:4]) for r in range(rounds)
-        ]  # the layer with apply_rope_fast
-        textbook_layer = [
-            layer[r] - times["RoPE on q and k"][r] + times["RoPE on q and k, textbook form"][r]
-            for r in range(rounds)
-        ]
-        results[phase] = {
-            "tokens": seq,
-            "positions": f"{start} .. {start + seq - 1}",
-            "ms": {name: 1e3 * statistics.median(t) for name, t in times.items()},
-            "rope_share": median_ratio(times["RoPE on q and k"], layer),
-            "textbook_rope_share": median_ratio(
-                times["RoPE on q and k, textbook form"], textbook_layer
-            ),
-        }
+    weights = {"w_qkv": w_qkv, "w_out": w_out, "cos_full": cos_full, "sin_full": sin_full}
+    cache_kv = {"k": k_cache, "v": v_cache}
+    results: dict[str, Any] = {
+        phase: _layer_phase(
+            phase, seq, start, num_heads, weights, cache_kv, rounds, synchronize, generator
+        )
+        for phase, seq, start in (("prefill", prefill, 0), ("decode", 1, cache))
+    }
     results["config"] = {
         "hidden": hidden,
         "num_heads": num_heads,
@@ -490,6 +430,87 @@ def attention_layer_share(
         "dtype": "float32",
     }
     return results
+
+
+def _layer_phase(
+    phase: str,
+    seq: int,
+    start: int,
+    num_heads: int,
+    weights: dict[str, torch.Tensor],
+    cache_kv: dict[str, torch.Tensor],
+    rounds: int,
+    synchronize: Callable[[], None],
+    generator: torch.Generator,
+) -> dict[str, Any]:
+    """One phase of ``attention_layer_share``: ``seq`` tokens at positions ``start ..``."""
+    w_qkv, w_out = weights["w_qkv"], weights["w_out"]
+    hidden = w_out.shape[0]
+    head_dim = hidden // num_heads
+    device = w_qkv.device
+    positions = torch.arange(start, start + seq, device=device)
+    rows = slice(start, start + seq)
+    x = torch.randn(1, seq, hidden, generator=generator).to(device)
+    cos, sin = weights["cos_full"][rows], weights["sin_full"][rows]
+    state: dict[str, torch.Tensor] = {}
+
+    def heads(t: torch.Tensor) -> torch.Tensor:  # (1, seq, hidden) -> (1, heads, seq, head_dim)
+        return t.unflatten(-1, (num_heads, head_dim)).transpose(1, 2)
+
+    def qkv() -> None:
+        state["q"], state["k"], state["v"] = map(heads, (x @ w_qkv.T).chunk(3, dim=-1))
+
+    def rope() -> None:
+        state["q_rot"] = apply_rope_fast(state["q"], positions)
+        if phase == "decode":  # the KV-cache write: rotate k straight into its cache slot
+            apply_rope_fast(state["k"], positions, out=cache_kv["k"][:, :, rows])
+            cache_kv["v"][:, :, rows] = state["v"]
+            state["k_rot"], state["v_all"] = cache_kv["k"], cache_kv["v"]
+        else:
+            state["k_rot"] = apply_rope_fast(state["k"], positions)
+            state["v_all"] = state["v"]
+
+    def rope_textbook() -> None:
+        for name in ("q", "k"):
+            _ = state[name] * cos + rotate_half(state[name]) * sin
+
+    def attend() -> None:
+        state["a"] = torch.nn.functional.scaled_dot_product_attention(
+            state["q_rot"], state["k_rot"], state["v_all"], is_causal=phase == "prefill"
+        )
+
+    def project() -> None:
+        state["y"] = state["a"].transpose(1, 2).flatten(-2) @ w_out.T
+
+    stages = {
+        "QKV projection": qkv,
+        "RoPE on q and k": rope,
+        "attention (SDPA)": attend,
+        "output projection": project,
+        "RoPE on q and k, textbook form": rope_textbook,
+    }
+    for run in stages.values():  # warm-up
+        run()
+    times: dict[str, list[float]] = {name: [] for name in stages}
+    for _ in range(rounds):
+        for name, run in stages.items():
+            times[name].append(_timed(run, synchronize))
+    layer_stages = list(stages)[:4]
+    layer = [sum(times[name][r] for name in layer_stages) for r in range(rounds)]
+    textbook_layer = [
+        layer[r] - times["RoPE on q and k"][r] + times["RoPE on q and k, textbook form"][r]
+        for r in range(rounds)
+    ]
+    return {
+        "tokens": seq,
+        "positions": f"{start} .. {start + seq - 1}",
+        "ms": {name: 1e3 * statistics.median(t) for name, t in times.items()},
+        "layer_ms": 1e3 * statistics.median(layer),
+        "rope_share": median_ratio(times["RoPE on q and k"], layer),
+        "textbook_rope_share": median_ratio(
+            times["RoPE on q and k, textbook form"], textbook_layer
+        ),
+    }
 
 
 # ----------------------------------------------------------------------------------------------
@@ -654,10 +675,14 @@ def run_benchmark(
     inputs, forms, differences, compiled_info = {}, {}, {}, {}
     for dtype_name in dtypes:
         generator = torch.Generator().manual_seed(seed)
-        x = torch.randn(*shape, generator=generator).to(device=device, dtype=getattr(torch, dtype_name))
+        x = torch.randn(*shape, generator=generator).to(
+            device=device, dtype=getattr(torch, dtype_name)
+        )
         compiled = None
         if compile:
-            cos, sin = RotaryEmbedding(x.shape[-1]).cos_sin(torch.arange(x.shape[-2], device=device))
+            cos, sin = RotaryEmbedding(x.shape[-1]).cos_sin(
+                torch.arange(x.shape[-2], device=device)
+            )
             compiled, seconds, sources = compiled_rope(x, cos, sin)
             compiled_info[dtype_name] = {"compile_seconds": seconds, "kernels": sources}
         inputs[dtype_name] = x
@@ -691,7 +716,9 @@ def run_benchmark(
                     row["max_abs_diff"] = differences[dtype_name][row["form"]]
                 run["dtypes"][dtype_name] = {
                     "rows": rows,
-                    "times_ms": {name: [1e3 * t for t in seconds] for name, seconds in times.items()},
+                    "times_ms": {
+                        name: [1e3 * t for t in seconds] for name, seconds in times.items()
+                    },
                 }
             if layer is not None:
                 run["layer"] = attention_layer_share(**layer, rounds=layer_rounds, device=device)
