@@ -910,6 +910,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.alibi:
         alibi_shape = (4, 512, 64) if args.quick else (32, 4096, 128)  # heads, seq, head_dim
         results["alibi"] = alibi_memory(*alibi_shape)
+    started = datetime.fromisoformat(results["provenance"]["started_utc"])
+    wall = (datetime.now(timezone.utc) - started).total_seconds()
+    results["provenance"]["seconds"] = round(wall, 1)  # the whole command, ALiBi included
     results["provenance"]["command"] = shlex.join(["python", "-m", "rope_tutor.bench", *argv])
     _print_report(results)
     if args.out is not None:
