@@ -347,8 +347,21 @@ def median_ratio(seconds: Sequence[float], anchor: Sequence[float]) -> float:
     return statistics.median(t / a for t, a in zip(seconds, anchor, strict=True))
 
 
+def _difference(value: float | None) -> str:
+    """``max |diff|`` for the table: a rounding-level difference is shown as its bound."""
+    if value is None:
+        return "-"
+    if value == 0:
+        return "0"
+    return "<1e-06" if value < 1e-6 else f"{value:.1e}"
+
+
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
-    """The rows of ``summarize`` (plus ``max_abs_diff``) as an aligned plain-text table."""
+    """The rows of ``summarize`` (plus ``max_abs_diff``) as an aligned plain-text table.
+
+    Differences below 1e-6 (float32 rounding) are printed as the bound ``<1e-06``, so that the
+    table reads the same on every CPU.
+    """
     header = ("form", "ms", "GB/s", "x copy_", "x clone", "faults", "max |diff|")
     lines = [
         (
@@ -358,7 +371,7 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
             f"{row['x_copy']:.2f}",
             f"{row['x_clone']:.2f}",
             "-" if row.get("page_faults") is None else f"{row['page_faults']:.0f}",
-            "-" if row.get("max_abs_diff") is None else f"{row['max_abs_diff']:.1e}",
+            _difference(row.get("max_abs_diff")),
         )
         for row in rows
     ]

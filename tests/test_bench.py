@@ -300,3 +300,9 @@ def test_saved_results_are_what_the_code_produces(path: Path) -> None:
     for dtype_name, compiled in results["compiled"].items():
         assert compiled["compile_seconds"] > 0, dtype_name
         assert compiled["kernels"] and all("kernel" in k for k in compiled["kernels"])
+
+
+def test_table_prints_rounding_level_differences_as_a_bound() -> None:
+    assert [bench._difference(v) for v in (None, 0.0, 4.8e-7, 3.1e-2)] == [
+        "-", "0", "<1e-06", "3.1e-02"
+    ]  # fmt: skip
