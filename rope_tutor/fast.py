@@ -136,8 +136,9 @@ def _rotate_fast(
     * half layout: ``out = x * [cos, cos]``, then ``out1 -= x2 * sin`` and ``out2 += x1 * sin``
       in place (``addcmul_``): three operators, one pass over memory;
     * interleaved layout: one complex multiply, ``(x[2i] + i x[2i+1]) * e^(i m theta_i)``;
-    * bfloat16 and float16: the same in a float32 work buffer of one block, rounded once into
-      the result (the products read the low-precision x directly, converting on the fly).
+    * bfloat16 and float16: each block is converted into a float32 work buffer (one operator,
+      so that the others run in a single dtype, which PyTorch vectorises best), rotated into a
+      second one and rounded once into the result.
 
     When autograd records (x requires grad, out is None) or off the CPU, the same arithmetic runs
     on the whole tensor with differentiable operators.
@@ -163,27 +164,29 @@ def _rotate_fast(
             *(table.split(step) for table in tables_used),
             strict=True,
         )
-    work = None
-    if low_precision:  # one float32 block, reused: (..., step, r)
-        work = torch.empty((*x.shape[:-2], min(step, x.shape[-2]), x.shape[-1]), dtype=compute)
+    if low_precision:  # two float32 blocks, reused: the converted x and the result
+        work_shape = (*x.shape[:-2], min(step, x.shape[-2]), x.shape[-1])
+        work_x, work_out = (
+            torch.empty(work_shape, dtype=compute),
+            torch.empty(work_shape, dtype=compute),
+        )
     for xb, ob, table, sb in blocks:
-        dest = ob if work is None else work.narrow(-2, 0, xb.shape[-2])
-        if layout == "half":
-            torch.mul(xb, table, out=dest)  # (x1 c, x2 c)
-            # narrow() is the cheapest way to name the halves: this loop runs once per block.
-            dest.narrow(-1, 0, half).addcmul_(xb.narrow(-1, half, half), sb, value=-1)  # x1c-x2s
-            dest.narrow(-1, half, half).addcmul_(xb.narrow(-1, 0, half), sb)  # x2 c + x1 s
+        if low_precision:  # convert once, so that every operator below runs in one dtype
+            rows = xb.shape[-2]
+            source, dest = work_x.narrow(-2, 0, rows), work_out.narrow(-2, 0, rows)
+            source.copy_(xb)
         else:
-            if low_precision:
-                dest.copy_(xb)  # to float32, in the cache
-                source = dest
-            else:
-                source = xb
-            if not _pairs_aligned(source) or not _pairs_aligned(dest):
-                dest.copy_(_rotate_pairs(source, table))
-            else:
-                torch.mul(_as_complex(source), table, out=_as_complex(dest))
-        if work is not None:
+            source, dest = xb, ob
+        if layout == "half":
+            torch.mul(source, table, out=dest)  # (x1 c, x2 c)
+            # narrow() is the cheapest way to name the halves: this loop runs once per block.
+            dest.narrow(-1, 0, half).addcmul_(source.narrow(-1, half, half), sb, value=-1)
+            dest.narrow(-1, half, half).addcmul_(source.narrow(-1, 0, half), sb)  # x2 c + x1 s
+        elif _pairs_aligned(source) and _pairs_aligned(dest):
+            torch.mul(_as_complex(source), table, out=_as_complex(dest))
+        else:
+            dest.copy_(_rotate_pairs(source, table))
+        if low_precision:
             ob.copy_(dest)  # the single rounding to x's dtype
     return out
 
