@@ -154,41 +154,67 @@ def _rotate_fast(
     block = BLOCK_ELEMENTS if torch.get_num_threads() == 1 else PARALLEL_BLOCK_ELEMENTS
     row = max(1, x.numel() // max(1, x.shape[-2]))  # elements of one sequence row, all heads
     step = max(1, block // row)  # sequence rows per block
-    tables_used = (cos_both, sin) if layout == "half" else (rotation, rotation)
-    if step >= x.shape[-2]:  # one block: no splitting (the decode case, small inputs)
-        blocks = [(x, out, *tables_used)]
-    else:
-        blocks = zip(
-            x.split(step, dim=-2),
-            out.split(step, dim=-2),
-            *(table.split(step) for table in tables_used),
+
+    def split(t: torch.Tensor, dim: int = -2) -> tuple[torch.Tensor, ...]:
+        """Views of ``t``'s blocks, all made at once (cheaper than slicing block by block)."""
+        return (t,) if step >= x.shape[-2] else t.split(step, dim=dim)
+
+    if layout == "interleaved":
+        blocks = zip(split(x), split(out), split(rotation, 0), strict=True)
+    elif low_precision:
+        blocks = zip(split(x), split(out), split(cos_both, 0), split(sin, 0), strict=True)
+    else:  # float32 or float64, half layout: the halves of every block, named once
+        halves = (x.narrow(-1, 0, half), x.narrow(-1, half, half))
+        out_halves = (out.narrow(-1, 0, half), out.narrow(-1, half, half))
+        for xb, ob, cb, sb, x1, x2, o1, o2 in zip(
+            split(x), split(out), split(cos_both, 0), split(sin, 0),
+            *map(split, halves), *map(split, out_halves),
             strict=True,
-        )
+        ):  # fmt: skip
+            torch.mul(xb, cb, out=ob)  # (x1 c, x2 c)
+            o1.addcmul_(x2, sb, value=-1)  # x1 c - x2 s
+            o2.addcmul_(x1, sb)  # x2 c + x1 s
+        return out
     if low_precision:  # two float32 blocks, reused: the converted x and the result
         work_shape = (*x.shape[:-2], min(step, x.shape[-2]), x.shape[-1])
-        work_x, work_out = (
-            torch.empty(work_shape, dtype=compute),
-            torch.empty(work_shape, dtype=compute),
-        )
-    for xb, ob, table, sb in blocks:
+        work = (torch.empty(work_shape, dtype=compute), torch.empty(work_shape, dtype=compute))
+        full_work = _with_halves(*work, half)
+    for xb, ob, *block_tables in blocks:
         if low_precision:  # convert once, so that every operator below runs in one dtype
             rows = xb.shape[-2]
-            source, dest = work_x.narrow(-2, 0, rows), work_out.narrow(-2, 0, rows)
+            if rows == work[0].shape[-2]:
+                source, dest, s1, s2, d1, d2 = full_work
+            else:  # the last, shorter block
+                source, dest, s1, s2, d1, d2 = _with_halves(
+                    *(w.narrow(-2, 0, rows) for w in work), half
+                )
             source.copy_(xb)
         else:
             source, dest = xb, ob
         if layout == "half":
-            torch.mul(source, table, out=dest)  # (x1 c, x2 c)
-            # narrow() is the cheapest way to name the halves: this loop runs once per block.
-            dest.narrow(-1, 0, half).addcmul_(source.narrow(-1, half, half), sb, value=-1)
-            dest.narrow(-1, half, half).addcmul_(source.narrow(-1, 0, half), sb)  # x2 c + x1 s
+            cb, sb = block_tables
+            torch.mul(source, cb, out=dest)  # (x1 c, x2 c)
+            d1.addcmul_(s2, sb, value=-1)  # x1 c - x2 s
+            d2.addcmul_(s1, sb)  # x2 c + x1 s
         elif _pairs_aligned(source) and _pairs_aligned(dest):
-            torch.mul(_as_complex(source), table, out=_as_complex(dest))
+            torch.mul(_as_complex(source), block_tables[0], out=_as_complex(dest))
         else:
-            dest.copy_(_rotate_pairs(source, table))
+            dest.copy_(_rotate_pairs(source, block_tables[0]))
         if low_precision:
             ob.copy_(dest)  # the single rounding to x's dtype
     return out
+
+
+def _with_halves(source: torch.Tensor, dest: torch.Tensor, half: int) -> tuple[torch.Tensor, ...]:
+    """``source``, ``dest`` and the two halves of each along the last dim."""
+    return (
+        source,
+        dest,
+        source.narrow(-1, 0, half),
+        source.narrow(-1, half, half),
+        dest.narrow(-1, 0, half),
+        dest.narrow(-1, half, half),
+    )
 
 
 def _pairs_aligned(t: torch.Tensor) -> bool:
