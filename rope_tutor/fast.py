@@ -71,10 +71,11 @@ def _may_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
 BLOCK_ELEMENTS = 2**17
 #: Elements per block with several threads. Each operator then splits its block between the
 #: threads and ends by waiting for all of them; when another process holds a core, that wait
-#: lasts until the descheduled thread runs again. Few, large blocks keep the number of waits per
-#: call small (8 for a (1, 32, 4096, 128) q), and 2**21 float32 values (8 MiB) stay under glibc's
-#: 32 MiB ceiling for memory that malloc maps afresh, so the reused work buffer never faults.
-PARALLEL_BLOCK_ELEMENTS = 2**21
+#: lasts until the descheduled thread runs again (measured on a busy 2-core machine: a few
+#: milliseconds per operator call). Few, large blocks keep the number of waits per call small (4
+#: blocks for a (1, 32, 4096, 128) q), and 2**22 float32 values (16 MiB) stay under glibc's
+#: 32 MiB ceiling for memory that malloc maps afresh, so the reused work buffers never fault.
+PARALLEL_BLOCK_ELEMENTS = 2**22
 
 #: The tables of the last call: (key, cos, sin, cos of both halves, complex rotation).
 _last_tables: tuple[tuple[Any, ...], torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None
