@@ -73,8 +73,9 @@ BLOCK_ELEMENTS = 2**17
 #: threads and ends by waiting for all of them; when another process holds a core, that wait
 #: lasts until the descheduled thread runs again (measured on a busy 2-core machine: a few
 #: milliseconds per operator call). Few, large blocks keep the number of waits per call small (4
-#: blocks for a (1, 32, 4096, 128) q), and 2**22 float32 values (16 MiB) stay under glibc's
-#: 32 MiB ceiling for memory that malloc maps afresh, so the reused work buffers never fault.
+#: blocks for a (1, 32, 4096, 128) q). The price: blocks larger than a core's cache, and for
+#: low-precision input two float32 work buffers of 16 MiB, which glibc may map afresh (and so
+#: fault in again) on every call; the benchmark's fault count shows when it does.
 PARALLEL_BLOCK_ELEMENTS = 2**22
 
 #: The tables of the last call: (key, cos, sin, cos of both halves, complex rotation).
