@@ -12,16 +12,10 @@ import math
 
 import torch
 
+from rope_tutor import _checks
 from rope_tutor.attention import attention
 
 __all__ = ["alibi_attention", "alibi_bias", "alibi_slopes"]
-
-
-def _check_count(name: str, value: object, minimum: int) -> int:
-    """``value`` as an int, or ``ValueError`` naming ``name`` if it is not an int >= minimum."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {name}={value!r}")
-    return value
 
 
 def alibi_slopes(num_heads: int) -> torch.Tensor:
@@ -37,7 +31,7 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
     Computed in float64 and returned as float32. Raises ``ValueError`` if ``num_heads`` is not an
     int >= 1.
     """
-    n = _check_count("num_heads", num_heads, 1)
+    n = _checks.integer("num_heads", num_heads)
     c = 2 ** int(math.floor(math.log2(n)))
     exponents = torch.cat(
         (
@@ -85,8 +79,8 @@ def alibi_bias(
     ``num_heads`` is not an int >= 1, a length is not an int >= 0, or ``query_len > key_len``.
     """
     slopes = alibi_slopes(num_heads).to(device)
-    query_len = _check_count("query_len", query_len, 0)
-    key_len = query_len if key_len is None else _check_count("key_len", key_len, 0)
+    query_len = _checks.integer("query_len", query_len, minimum=0)
+    key_len = query_len if key_len is None else _checks.integer("key_len", key_len, minimum=0)
     if query_len > key_len:
         raise ValueError(
             f"query_len={query_len} must not exceed key_len={key_len} "
@@ -133,7 +127,7 @@ def alibi_attention(
         raise ValueError(
             f"q and k must have the same heads: q {tuple(q.shape)}, k {tuple(k.shape)}"
         )
-    block_size = _check_count("block_size", block_size, 1)
+    block_size = _checks.integer("block_size", block_size)
     num_heads, query_len, key_len = q.shape[-3], q.shape[-2], k.shape[-2]
     if query_len > key_len:
         raise ValueError(

@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rope_tutor import _checks
+
 __all__ = ["SelfAttention", "attention", "causal_mask"]
 
 #: A rotary module: ``(q, k, positions) -> (q_rotated, k_rotated)``, q and k of shape
@@ -26,10 +28,10 @@ def causal_mask(query_len: int, key_len: int, device: torch.device | None = None
 
     The queries are the last ``query_len`` of the ``key_len`` positions (decoding with a cache):
     query ``i`` sits at position ``key_len - query_len + i`` and sees keys ``0 ..`` that position.
-    Raises ``ValueError`` if ``query_len > key_len`` or a length is negative.
+    Raises ``ValueError`` if ``query_len > key_len`` or a length is not an int >= 0.
     """
-    if query_len < 0 or key_len < 0:
-        raise ValueError(f"lengths must be >= 0, got query_len={query_len}, key_len={key_len}")
+    query_len = _checks.integer("query_len", query_len, minimum=0)
+    key_len = _checks.integer("key_len", key_len, minimum=0)
     if query_len > key_len:
         raise ValueError(f"query_len={query_len} must not exceed key_len={key_len}")
     offset = key_len - query_len
@@ -57,8 +59,9 @@ def attention(
     Returns the output ``(..., heads, query_len, head_dim)``, and with ``return_weights=True`` also
     the attention weights ``(..., heads, query_len, key_len)`` (computed explicitly rather than by
     ``torch.nn.functional.scaled_dot_product_attention``, which is used otherwise).
-    Raises ``ValueError`` for mismatched shapes and ``TypeError`` for a non-floating ``bias`` (a
-    boolean mask is not an additive bias: pass ``causal=True`` or a bias with ``-inf`` entries).
+    Raises ``ValueError`` for mismatched shapes, a ``scale`` that is not a finite real number, and
+    a non-floating ``bias`` (a boolean mask is not an additive bias: pass ``causal=True`` or a
+    bias with ``-inf`` entries).
     """
     if q.dim() < 2 or k.dim() != q.dim() or v.dim() != q.dim():
         raise ValueError(
@@ -70,12 +73,12 @@ def attention(
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"k and v key_len differ: k {tuple(k.shape)}, v {tuple(v.shape)}")
     query_len, key_len = q.shape[-2], k.shape[-2]
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else _checks.real("scale", scale)
 
     mask = None
     if bias is not None:
         if not bias.dtype.is_floating_point:
-            raise TypeError(
+            raise ValueError(
                 f"bias must be a floating-point (additive) tensor, got dtype {bias.dtype}"
             )
         mask = bias.to(q.dtype)
@@ -108,7 +111,8 @@ class SelfAttention(nn.Module):
         self, dim: int, num_heads: int, *, causal: bool = False, rotary: Rotary | None = None
     ) -> None:
         super().__init__()
-        if dim < 1 or num_heads < 1 or dim % num_heads:
+        dim, num_heads = _checks.integer("dim", dim), _checks.integer("num_heads", num_heads)
+        if dim % num_heads:
             raise ValueError(f"dim={dim} must be a positive multiple of num_heads={num_heads}")
         self.dim, self.num_heads, self.causal = dim, num_heads, causal
         self.head_dim = dim // num_heads

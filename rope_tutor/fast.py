@@ -40,6 +40,11 @@ def _check_out(out: Any, x: torch.Tensor) -> torch.Tensor:
             f"out has a broadcast (stride 0) dim, strides {out.stride()}: several results would "
             "land on one element; expected a tensor with its own memory"
         )
+    if out.requires_grad and out.is_leaf and torch.is_grad_enabled():
+        raise ValueError(
+            "out is a leaf tensor that requires grad, which cannot be written in place; expected "
+            "a tensor without requires_grad (for example torch.empty_like(x))"
+        )
     if _may_overlap(out, x):
         raise ValueError(
             "out overlaps x in memory: the rotation reads x while it writes out; expected a "
@@ -272,11 +277,12 @@ def apply_rope_fast(
     and ``rotary_dim`` mean what they mean for ``apply_rope``, and are checked the same way.
     Angles are formed in float32 (float64 for float64 ``x``), as there. Returns a tensor of
     ``x``'s shape and dtype: ``out`` itself when it is given (it is written into, as a KV-cache
-    write would), a new tensor otherwise. Differentiable when ``out`` is None.
+    write would), a new tensor otherwise. Differentiable either way (with ``out``, through one
+    copy into it, so an ``x`` that requires grad costs a temporary).
 
     Raises ``ValueError`` like ``apply_rope``, and ``ValueError`` naming ``out`` and what was
     expected when ``out`` does not have ``x``'s shape, dtype and device, has a broadcast (stride
-    0) dim, or overlaps ``x`` in memory.
+    0) dim, overlaps ``x`` in memory, or is a leaf tensor that requires grad.
     """
     if positions is None and isinstance(x, torch.Tensor) and x.dim() >= 2:
         positions = torch.arange(x.shape[-2], device=x.device)
@@ -285,6 +291,11 @@ def apply_rope_fast(
     )
     if out is not None:
         out = _check_out(out, x)
+        if x.requires_grad and torch.is_grad_enabled():  # out= kernels are not differentiable
+            rotated = apply_rope_fast(
+                x, positions, base=base, layout=layout, scaling=scaling, rotary_dim=rotary_dim
+            )
+            return out.copy_(rotated)  # autograd sees one copy into out
     tables = _tables(positions, rotary_dim, base, scaling, _compute_dtype(x.dtype))
     if rotary_dim == x.shape[-1]:
         return _rotate_fast(x, tables, layout, out)

@@ -16,6 +16,8 @@ import random
 import numpy as np
 import torch
 
+from rope_tutor import _checks
+
 #: Thread count pinned by ``seed_everything``. Floating-point reductions depend on it, so the book
 #: fixes it rather than taking the machine's core count (the same results everywhere). One thread:
 #: the chapters' tensors are small, and on a busy machine two threads that wait for each other make
@@ -40,12 +42,9 @@ def seed_everything(seed: int = 0, *, threads: int | None = DEFAULT_THREADS) -> 
     ``threads=None`` leaves PyTorch's thread count alone. Raises ``ValueError`` for a negative seed
     or a thread count below 1.
     """
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    seed = _checks.integer("seed", seed, minimum=0)
     if threads is not None:
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise ValueError(f"threads must be >= 1, got {threads!r}")
-        torch.set_num_threads(threads)
+        torch.set_num_threads(_checks.integer("threads", threads))
     random.seed(seed)
     np.random.seed(seed)  # noqa: NPY002  (seeds the legacy global generator readers may use)
     torch.manual_seed(seed)

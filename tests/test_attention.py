@@ -136,7 +136,7 @@ def test_attention_shape_errors(shapes: tuple, message: str) -> None:
 
 def test_attention_rejects_a_boolean_bias() -> None:
     q, k, v = random_qkv(3, 3)
-    with pytest.raises(TypeError, match="bias must be a floating-point.*torch.bool"):
+    with pytest.raises(ValueError, match="bias must be a floating-point.*torch.bool"):
         attention(q, k, v, bias=torch.ones(3, 3, dtype=torch.bool))
 
 
@@ -202,9 +202,18 @@ def test_self_attention_bias_changes_the_output() -> None:
         torch.testing.assert_close(layer(x, bias=torch.zeros(4, 4)), layer(x))
 
 
-@pytest.mark.parametrize(("dim", "heads"), [(10, 3), (8, 0), (0, 2), (-4, 2)])
-def test_self_attention_bad_sizes(dim: int, heads: int) -> None:
-    with pytest.raises(ValueError, match=f"dim={dim} must be a positive multiple of num_heads"):
+@pytest.mark.parametrize(
+    ("dim", "heads", "message"),
+    [
+        (10, 3, "dim=10 must be a positive multiple of num_heads=3"),
+        (8, 0, "num_heads must be a positive int, got num_heads=0"),
+        (0, 2, "dim must be a positive int, got dim=0"),
+        (-4, 2, "dim must be a positive int, got dim=-4"),
+        (8.0, 2, r"dim must be a positive int, got dim=8\.0"),
+    ],
+)
+def test_self_attention_bad_sizes(dim: int, heads: int, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
         SelfAttention(dim, heads)
 
 

@@ -163,6 +163,22 @@ def test_input_is_not_modified_and_gradients_flow() -> None:
         torch.testing.assert_close(x.grad, 2 * before, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16], ids=str)
+def test_gradients_flow_into_out(layout: str, dtype: torch.dtype) -> None:
+    x = gaussian(2, 10, 8, seed=10, dtype=dtype).requires_grad_()
+    out = torch.empty(2, 10, 8, dtype=dtype)
+    got = apply_rope_fast(x, torch.arange(10), layout=layout, out=out)
+    assert got is out and out.requires_grad
+    weights = gaussian(2, 10, 8, seed=11, dtype=dtype)
+    (grad_fast,) = torch.autograd.grad((out * weights).sum(), x)
+    reference = apply_rope(x, torch.arange(10), layout=layout)
+    (grad_reference,) = torch.autograd.grad((reference * weights).sum(), x)
+    assert_agree(grad_fast, grad_reference, weights)
+    with pytest.raises(ValueError, match="out is a leaf tensor that requires grad"):
+        apply_rope_fast(x, torch.arange(10), out=torch.empty_like(out).requires_grad_())
+
+
 def test_is_exported_with_apply_ropes_keywords() -> None:
     import inspect
 

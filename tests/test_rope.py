@@ -23,6 +23,7 @@ from transformers.models.llama.modeling_llama import (
 )
 from transformers.models.llama.modeling_llama import rotate_half as hf_rotate_half
 
+import rope_tutor.absolute
 import rope_tutor.scaling
 from rope_tutor import SelfAttention
 from rope_tutor.rope import (
@@ -79,6 +80,16 @@ def test_frequencies_match_hf_default_rope_parameters() -> None:
     # theta_0 = 1 (index from 0) and theta_{d/2-1} = base^(-(d-2)/d): the paper's formula.
     assert rope_frequencies(64)[0].item() == 1.0
     assert math.isclose(rope_frequencies(64)[-1].item(), 10000 ** (-62 / 64), rel_tol=1e-6)
+
+
+@pytest.mark.parametrize(("dim", "base"), [(8, 10000.0), (64, 500000.0), (128, 1e6)])
+def test_rope_theta_is_the_sinusoidal_theta(dim: int, base: float) -> None:
+    # One formula, b^(-2i/d), taught in Part I and reused by Part II and Part IV.
+    theta = rope_tutor.absolute.sinusoidal_frequencies(dim, base)
+    assert torch.equal(rope_frequencies(dim, base), theta.float())
+    assert torch.equal(rope_tutor.scaling.rope_parameters(dim, base)[0], theta.float())
+    exponent = torch.arange(dim // 2, dtype=torch.float64) * 2 / dim
+    torch.testing.assert_close(theta, base**-exponent, rtol=1e-15, atol=0)
 
 
 def test_rotate_half_matches_hf() -> None:

@@ -72,11 +72,11 @@ def test_seed_everything_pins_threads_and_deterministic_kernels() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"seed": -1}, "seed must be a non-negative int, got -1"),
-        ({"seed": 1.5}, "seed must be a non-negative int, got 1.5"),
-        ({"seed": True}, "seed must be a non-negative int, got True"),
-        ({"seed": 0, "threads": 0}, "threads must be >= 1, got 0"),
-        ({"seed": 0, "threads": 2.0}, r"threads must be >= 1, got 2\.0"),
+        ({"seed": -1}, "seed must be an int >= 0, got seed=-1"),
+        ({"seed": 1.5}, r"seed must be an int >= 0, got seed=1\.5"),
+        ({"seed": True}, "seed must be an int >= 0, got seed=True"),
+        ({"seed": 0, "threads": 0}, "threads must be a positive int, got threads=0"),
+        ({"seed": 0, "threads": 2.0}, r"threads must be a positive int, got threads=2\.0"),
     ],
 )
 def test_seed_everything_bad_input(kwargs: dict, message: str) -> None:
