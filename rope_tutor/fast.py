@@ -69,64 +69,194 @@ def _may_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a_start < b_stop and b_start < a_stop
 
 
+#: Elements of x per block on the CPU with one thread: 2**17 float32 values are 512 KiB, so a
+#: block of x, its block of the result and the float32 work buffer of a low-precision input
+#: (2 MiB at most) stay in a core's L2 cache while the three or four operators of a block pass
+#: over them.
+BLOCK_ELEMENTS = 2**17
+#: Elements per block with several threads. Each operator then splits its block between the
+#: threads and ends by waiting for all of them; when another process holds a core, that wait
+#: lasts until the descheduled thread runs again (measured on a busy 2-core machine: a few
+#: milliseconds per operator call). Few, large blocks keep the number of waits per call small (4
+#: blocks for a (1, 32, 4096, 128) q). The price: blocks larger than a core's cache, and for
+#: low-precision input two float32 work buffers of 16 MiB, which glibc may map afresh (and so
+#: fault in again) on every call; the benchmark's fault count shows when it does.
+PARALLEL_BLOCK_ELEMENTS = 2**22
+
+#: The tables of the last call: (key, cos, sin, cos of both halves, complex rotation).
+_last_tables: tuple[tuple[Any, ...], torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None
+_last_tables = None
+
+
+def _tables(
+    positions: torch.Tensor,
+    rotary_dim: int,
+    base: float,
+    scaling: Mapping[str, Any] | None,
+    compute: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """cos, sin ``(seq, r/2)``, ``[cos, cos]`` ``(seq, r)`` and ``cos + i sin`` for these settings.
+
+    A model applies RoPE to q and k in every layer with the same positions, so the tables of the
+    last call are kept and returned again when the positions and the settings are equal: the
+    same tensors that ``_cos_sin`` returned for them. Forming the angles, their cos and sin and the
+    derived tables costs about a tenth of rotating a ``(1, 32, 4096, 128)`` float32 tensor.
+    """
+    global _last_tables
+    key = (compute, positions.dtype, positions.device, rotary_dim, base, repr(scaling))
+    last = _last_tables
+    if (
+        last is not None
+        and last[0] == key
+        and last[1].shape[0] == positions.shape[0]
+        and torch.equal(last[1], positions)
+    ):
+        return last[2], last[3], last[4], last[5]
+    inv_freq, attention_factor = rope_parameters(
+        rotary_dim, base, scaling, seq_len=_seq_len(positions)
+    )
+    cos, sin = _cos_sin(positions, inv_freq, attention_factor, compute)
+    cos_both = torch.cat((cos, cos), dim=-1)  # (seq, r): the cos of both halves
+    rotation = torch.complex(cos, sin)  # (seq, r/2): e^(i m theta_i), scaled
+    _last_tables = (key, positions.clone(), cos, sin, cos_both, rotation)
+    return cos, sin, cos_both, rotation
+
+
 def _rotate_fast(
     x: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
+    tables: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
     layout: str,
     out: torch.Tensor | None,
 ) -> torch.Tensor:
     """Equation (rope-elementwise) for all features of ``x``, in ``x``'s dtype, into ``out``.
 
-    ``x`` is ``(..., seq, r)`` in any floating dtype; ``cos`` and ``sin`` are ``(seq, r/2)`` in the
-    compute dtype (float32 or float64), already multiplied by the attention factor. ``out`` (same
-    shape and dtype as ``x``) receives the result, or a new tensor does when it is None. For
-    input in the compute dtype the result is the only full-size buffer: in the half layout it
-    starts as ``x * [cos, cos]`` and each half then gets ``-/+ (other half of x) * sin`` added in
-    place; in the interleaved layout one complex multiply does everything in a single pass. Input
-    in a lower precision (bfloat16, float16) is converted on the CPU in blocks of at most 2**18
-    elements, so the float32 temporaries stay in the cache (on other devices, as a whole), and the
-    result is rounded once. Differentiable when ``out`` is None (no ``out=`` arguments then).
+    ``x`` is ``(..., seq, r)`` in any floating dtype; ``tables`` are ``_tables``' cos, sin
+    ``(seq, r/2)``, ``[cos, cos]`` ``(seq, r)`` and the complex rotation, in the compute dtype
+    (float32 or float64). ``out`` (``x``'s shape and dtype) receives the result, or a new tensor
+    does when it is None.
+
+    On the CPU the work goes in blocks of sequence rows (``BLOCK_ELEMENTS`` elements on one
+    thread, ``PARALLEL_BLOCK_ELEMENTS`` on several), written with
+    ``out=`` operators straight into the result, so nothing but the result is allocated and the
+    second and third passes of a block read data that is still in the cache:
+
+    * half layout: ``out = x * [cos, cos]``, then ``out1 -= x2 * sin`` and ``out2 += x1 * sin``
+      in place (``addcmul_``): three operators, one pass over memory;
+    * interleaved layout: one complex multiply, ``(x[2i] + i x[2i+1]) * e^(i m theta_i)``;
+    * bfloat16 and float16: each block is converted into a float32 work buffer (one operator,
+      so that the others run in a single dtype, which PyTorch vectorises best), rotated into a
+      second one and rounded once into the result.
+
+    When autograd records (x requires grad, out is None) or off the CPU, the same arithmetic runs
+    on the whole tensor with differentiable operators.
     """
+    cos, sin, cos_both, rotation = tables
     compute = cos.dtype
-    if layout == "half":
-        half = cos.shape[-1]
-        cos_both = torch.cat((cos, cos), dim=-1)  # (seq, r): the cos of both halves
-    else:
-        rotation = torch.complex(cos, sin)  # (seq, r/2): e^(i m theta_i), scaled
-
-    def rotated(xc: torch.Tensor, rows: slice, dest: torch.Tensor | None) -> torch.Tensor:
-        """The rotation of ``xc`` (compute dtype, sequence rows ``rows``), in ``dest`` if given."""
-        if layout == "half":
-            if dest is None:
-                dest = xc * cos_both[rows]  # (x1 c, x2 c): the only full-size buffer
-            else:
-                torch.mul(xc, cos_both[rows], out=dest)
-            dest[..., :half].addcmul_(xc[..., half:], sin[rows], value=-1)  # x1 c - x2 s
-            dest[..., half:].addcmul_(xc[..., :half], sin[rows])  # x2 c + x1 s
-            return dest
-        if xc.stride(-1) != 1 or any(n % 2 for n in (xc.storage_offset(), *xc.stride()[:-1])):
-            xc = xc.contiguous()  # view_as_complex needs each pair adjacent and aligned
-        pairs = torch.view_as_complex(xc.unflatten(-1, (-1, 2)))  # x[2i] + i x[2i+1]
-        result = torch.view_as_real(pairs * rotation[rows]).flatten(-2)
-        return result if dest is None else dest.copy_(result)
-
-    if x.dtype == compute:
-        return rotated(x, slice(None), out)
-    if x.device.type != "cpu":
-        result = rotated(x.to(compute), slice(None), None)
-        return result.to(x.dtype) if out is None else out.copy_(result)
-    # Blocks of 2**18 elements on one thread. With more threads, each operator on a block would
-    # split it and wait at its end for every thread, which takes milliseconds when another job
-    # holds a core; blocks below PyTorch's grain size (2**15 elements) run on this thread alone.
-    block = 2**18 if torch.get_num_threads() == 1 else 2**15 - 1
+    half = cos.shape[-1]
+    if (x.requires_grad and torch.is_grad_enabled() and out is None) or x.device.type != "cpu":
+        return _rotate_whole(x, tables, layout, out)
     if out is None:
         out = torch.empty(x.shape, dtype=x.dtype)
-    step = max(1, block // max(1, x[..., :1, :].numel()))  # sequence rows per block
-    for start in range(0, x.shape[-2], step):
-        rows = slice(start, start + step)
-        out[..., rows, :] = rotated(x[..., rows, :].to(compute), rows, None)  # rounded once
+    low_precision = x.dtype != compute
+    block = BLOCK_ELEMENTS if torch.get_num_threads() == 1 else PARALLEL_BLOCK_ELEMENTS
+    row = max(1, x.numel() // max(1, x.shape[-2]))  # elements of one sequence row, all heads
+    step = max(1, block // row)  # sequence rows per block
+
+    def split(t: torch.Tensor, dim: int = -2) -> tuple[torch.Tensor, ...]:
+        """Views of ``t``'s blocks, all made at once (cheaper than slicing block by block)."""
+        return (t,) if step >= x.shape[-2] else t.split(step, dim=dim)
+
+    if layout == "interleaved":
+        blocks = zip(split(x), split(out), split(rotation, 0), strict=True)
+    elif low_precision:
+        blocks = zip(split(x), split(out), split(cos_both, 0), split(sin, 0), strict=True)
+    else:  # float32 or float64, half layout: the halves of every block, named once
+        halves = (x.narrow(-1, 0, half), x.narrow(-1, half, half))
+        out_halves = (out.narrow(-1, 0, half), out.narrow(-1, half, half))
+        for xb, ob, cb, sb, x1, x2, o1, o2 in zip(
+            split(x), split(out), split(cos_both, 0), split(sin, 0),
+            *map(split, halves), *map(split, out_halves),
+            strict=True,
+        ):  # fmt: skip
+            torch.mul(xb, cb, out=ob)  # (x1 c, x2 c)
+            o1.addcmul_(x2, sb, value=-1)  # x1 c - x2 s
+            o2.addcmul_(x1, sb)  # x2 c + x1 s
+        return out
+    if low_precision:  # two float32 blocks, reused: the converted x and the result
+        work_shape = (*x.shape[:-2], min(step, x.shape[-2]), x.shape[-1])
+        work = (torch.empty(work_shape, dtype=compute), torch.empty(work_shape, dtype=compute))
+        full_work = _with_halves(*work, half)
+    for xb, ob, *block_tables in blocks:
+        if low_precision:  # convert once, so that every operator below runs in one dtype
+            rows = xb.shape[-2]
+            if rows == work[0].shape[-2]:
+                source, dest, s1, s2, d1, d2 = full_work
+            else:  # the last, shorter block
+                source, dest, s1, s2, d1, d2 = _with_halves(
+                    *(w.narrow(-2, 0, rows) for w in work), half
+                )
+            source.copy_(xb)
+        else:
+            source, dest = xb, ob
+        if layout == "half":
+            cb, sb = block_tables
+            torch.mul(source, cb, out=dest)  # (x1 c, x2 c)
+            d1.addcmul_(s2, sb, value=-1)  # x1 c - x2 s
+            d2.addcmul_(s1, sb)  # x2 c + x1 s
+        elif _pairs_aligned(source) and _pairs_aligned(dest):
+            torch.mul(_as_complex(source), block_tables[0], out=_as_complex(dest))
+        else:
+            dest.copy_(_rotate_pairs(source, block_tables[0]))
+        if low_precision:
+            ob.copy_(dest)  # the single rounding to x's dtype
     return out
+
+
+def _with_halves(source: torch.Tensor, dest: torch.Tensor, half: int) -> tuple[torch.Tensor, ...]:
+    """``source``, ``dest`` and the two halves of each along the last dim."""
+    return (
+        source,
+        dest,
+        source.narrow(-1, 0, half),
+        source.narrow(-1, half, half),
+        dest.narrow(-1, 0, half),
+        dest.narrow(-1, half, half),
+    )
+
+
+def _pairs_aligned(t: torch.Tensor) -> bool:
+    """Whether ``view_as_complex`` can view ``t``'s last dim as pairs (adjacent, aligned)."""
+    return t.stride(-1) == 1 and not any(n % 2 for n in (t.storage_offset(), *t.stride()[:-1]))
+
+
+def _as_complex(t: torch.Tensor) -> torch.Tensor:
+    return torch.view_as_complex(t.unflatten(-1, (-1, 2)))  # x[2i] + i x[2i+1]
+
+
+def _rotate_pairs(xc: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
+    """The interleaved rotation as a new tensor: one complex multiply (pairs made adjacent)."""
+    if not _pairs_aligned(xc):
+        xc = xc.contiguous()
+    return torch.view_as_real(_as_complex(xc) * rotation).flatten(-2)
+
+
+def _rotate_whole(
+    x: torch.Tensor,
+    tables: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    layout: str,
+    out: torch.Tensor | None,
+) -> torch.Tensor:
+    """The rotation of ``_rotate_fast`` on the whole tensor, differentiable when ``out`` is None."""
+    cos, sin, cos_both, rotation = tables
+    half = cos.shape[-1]
+    xc = x.to(cos.dtype)
+    if layout == "half":
+        result = xc * cos_both  # (x1 c, x2 c): the only full-size buffer
+        result[..., :half].addcmul_(xc[..., half:], sin, value=-1)  # x1 c - x2 s
+        result[..., half:].addcmul_(xc[..., :half], sin)  # x2 c + x1 s
+    else:
+        result = _rotate_pairs(xc, rotation)
+    return result.to(x.dtype) if out is None else out.copy_(result)
 
 
 def apply_rope_fast(
@@ -166,15 +296,12 @@ def apply_rope_fast(
                 x, positions, base=base, layout=layout, scaling=scaling, rotary_dim=rotary_dim
             )
             return out.copy_(rotated)  # autograd sees one copy into out
-    inv_freq, attention_factor = rope_parameters(
-        rotary_dim, base, scaling, seq_len=_seq_len(positions)
-    )
-    cos, sin = _cos_sin(positions, inv_freq, attention_factor, _compute_dtype(x.dtype))
+    tables = _tables(positions, rotary_dim, base, scaling, _compute_dtype(x.dtype))
     if rotary_dim == x.shape[-1]:
-        return _rotate_fast(x, cos, sin, layout, out)
+        return _rotate_fast(x, tables, layout, out)
     if out is None:
-        rotated = _rotate_fast(x[..., :rotary_dim], cos, sin, layout, None)
+        rotated = _rotate_fast(x[..., :rotary_dim], tables, layout, None)
         return torch.cat((rotated, x[..., rotary_dim:]), dim=-1)
-    _rotate_fast(x[..., :rotary_dim], cos, sin, layout, out[..., :rotary_dim])
+    _rotate_fast(x[..., :rotary_dim], tables, layout, out[..., :rotary_dim])
     out[..., rotary_dim:] = x[..., rotary_dim:]  # the pass-through features
     return out

@@ -237,3 +237,81 @@ def test_bad_input_raises_like_apply_rope(kwargs: dict, message: str) -> None:
     for function in (apply_rope, apply_rope_fast):
         with pytest.raises(ValueError, match=message):
             function(x, positions, **arguments)
+
+
+# ----------------------------------------------------------------------------------------------
+# Part VI internals: blocks and the table cache (added with the blocked CPU path)
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("with_out", [False, True], ids=["new", "out"])
+def test_blocks_cover_every_row_with_a_ragged_last_block(
+    monkeypatch, threads: int, dtype, layout: str, with_out: bool
+) -> None:
+    from rope_tutor import fast
+
+    # A sequence row holds 37 heads of 16 features; blocks of 3 rows over 41 rows: 14 blocks,
+    # the last one of 2 rows.
+    x = gaussian(1, 37, 41, 16, seed=10, dtype=dtype)
+    monkeypatch.setattr(fast, "BLOCK_ELEMENTS", 3 * 37 * 16)
+    monkeypatch.setattr(fast, "PARALLEL_BLOCK_ELEMENTS", 3 * 37 * 16)
+    positions = torch.arange(41) * 11
+    reference = apply_rope(x, positions, layout=layout)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        out = torch.full_like(x, float("nan")) if with_out else None
+        got = apply_rope_fast(x, positions, layout=layout, out=out)
+    finally:
+        torch.set_num_threads(before)
+    assert not got.isnan().any()
+    assert_agree(got, reference, x)
+
+
+def test_float32_blocks_equal_the_whole_tensor_rotation_exactly() -> None:
+    # The blocked path runs the same operators as the whole-tensor one on each block, so the
+    # values are identical, not merely close: blocking changes where, not what, is computed.
+    from rope_tutor.fast import _rotate_whole, _tables
+
+    x = gaussian(2, 8, 300, 64, seed=11)
+    positions = torch.arange(300)
+    for layout in LAYOUTS:
+        tables = _tables(positions, 64, 10000.0, None, torch.float32)
+        whole = _rotate_whole(x, tables, layout, None)
+        assert torch.equal(apply_rope_fast(x, positions, layout=layout), whole)
+
+
+def test_cached_tables_follow_positions_and_settings() -> None:
+    x = gaussian(2, 6, 12, 16, seed=12)
+    cases = [
+        (torch.arange(12), {}),
+        (torch.arange(12), {}),  # the cached tables
+        (torch.arange(12) + 5, {}),  # same length, other positions
+        (torch.arange(12) + 5, {"base": 500.0}),
+        (torch.arange(12) + 5, {"base": 500.0, "scaling": SCALINGS["linear"]}),
+        (torch.arange(12) + 5, {"base": 500.0, "scaling": SCALINGS["ntk"]}),
+        (torch.arange(12) + 5, {"base": 500.0, "rotary_dim": 8}),
+        (torch.arange(12).double() / 3, {}),  # float positions
+    ]
+    for positions, kwargs in cases:
+        reference = apply_rope(x, positions, **kwargs)
+        assert_agree(apply_rope_fast(x, positions, **kwargs), reference, x)
+        x64 = x.double()  # float64 tables: the cache key includes the compute dtype
+        assert_agree(
+            apply_rope_fast(x64, positions, **kwargs), apply_rope(x64, positions, **kwargs), x64
+        )
+
+
+def test_decode_step_writes_only_its_cache_slot() -> None:
+    # One new token at position 100, rotated straight into slot 100 of a (batch, heads, seq,
+    # head_dim) key cache: the KV-cache write that the out= path exists for.
+    k_cache = torch.zeros(1, 4, 128, 32)
+    k_new = gaussian(1, 4, 1, 32, seed=13)
+    slot = k_cache[:, :, 100:101]
+    apply_rope_fast(k_new, torch.tensor([100]), out=slot)
+    assert_agree(k_cache[:, :, 100:101], apply_rope(k_new, torch.tensor([100])), k_new)
+    k_cache[:, :, 100] = 0
+    assert torch.equal(k_cache, torch.zeros_like(k_cache))
