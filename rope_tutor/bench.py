@@ -319,7 +319,7 @@ def summarize(
     *,
     faults: dict[str, float | None] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per form: median/min/max ms, GB/s, and median per-round ratios to copy_ and clone.
+    """One row per form: median/min/max ms, GB/s, median per-round ratios to ``copy_``, ``clone``.
 
     ``bytes_moved`` is the input read plus the output written (``2 * x.numel() *
     x.element_size()``); GB/s is that divided by the median time (1 GB = 1e9 bytes).
