@@ -83,10 +83,6 @@ BLOCK_ELEMENTS = 2**17
 #: fault in again) on every call; the benchmark's fault count shows when it does.
 PARALLEL_BLOCK_ELEMENTS = 2**22
 
-#: The tables of the last call: (key, cos, sin, cos of both halves, complex rotation).
-_last_tables: tuple[tuple[Any, ...], torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None
-_last_tables = None
-
 
 def _tables(
     positions: torch.Tensor,
@@ -97,28 +93,17 @@ def _tables(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """cos, sin ``(seq, r/2)``, ``[cos, cos]`` ``(seq, r)`` and ``cos + i sin`` for these settings.
 
-    A model applies RoPE to q and k in every layer with the same positions, so the tables of the
-    last call are kept and returned again when the positions and the settings are equal: the
-    same tensors that ``_cos_sin`` returned for them. Forming the angles, their cos and sin and the
-    derived tables costs about a tenth of rotating a ``(1, 32, 4096, 128)`` float32 tensor.
+    Computed afresh on every call: the package keeps no module-level state. Forming the angles,
+    their cos and sin and the derived tables costs about a tenth of rotating a ``(1, 32, 4096,
+    128)`` float32 tensor; a model that wants them once for all its layers caches them on its
+    rotary module (``RotaryEmbedding`` does).
     """
-    global _last_tables
-    key = (compute, positions.dtype, positions.device, rotary_dim, base, repr(scaling))
-    last = _last_tables
-    if (
-        last is not None
-        and last[0] == key
-        and last[1].shape[0] == positions.shape[0]
-        and torch.equal(last[1], positions)
-    ):
-        return last[2], last[3], last[4], last[5]
     inv_freq, attention_factor = rope_parameters(
         rotary_dim, base, scaling, seq_len=_seq_len(positions)
     )
     cos, sin = _cos_sin(positions, inv_freq, attention_factor, compute)
     cos_both = torch.cat((cos, cos), dim=-1)  # (seq, r): the cos of both halves
     rotation = torch.complex(cos, sin)  # (seq, r/2): e^(i m theta_i), scaled
-    _last_tables = (key, positions.clone(), cos, sin, cos_both, rotation)
     return cos, sin, cos_both, rotation
 
 

@@ -240,7 +240,7 @@ def test_bad_input_raises_like_apply_rope(kwargs: dict, message: str) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# Part VI internals: blocks and the table cache (added with the blocked CPU path)
+# Part VI internals: blocks and tables (added with the blocked CPU path)
 # ----------------------------------------------------------------------------------------------
 
 
@@ -284,11 +284,12 @@ def test_float32_blocks_equal_the_whole_tensor_rotation_exactly() -> None:
         assert torch.equal(apply_rope_fast(x, positions, layout=layout), whole)
 
 
-def test_cached_tables_follow_positions_and_settings() -> None:
+def test_consecutive_calls_follow_positions_and_settings() -> None:
+    """Each call builds its own tables: one call's settings never leak into the next."""
     x = gaussian(2, 6, 12, 16, seed=12)
     cases = [
         (torch.arange(12), {}),
-        (torch.arange(12), {}),  # the cached tables
+        (torch.arange(12), {}),  # the same call again
         (torch.arange(12) + 5, {}),  # same length, other positions
         (torch.arange(12) + 5, {"base": 500.0}),
         (torch.arange(12) + 5, {"base": 500.0, "scaling": SCALINGS["linear"]}),
@@ -299,7 +300,7 @@ def test_cached_tables_follow_positions_and_settings() -> None:
     for positions, kwargs in cases:
         reference = apply_rope(x, positions, **kwargs)
         assert_agree(apply_rope_fast(x, positions, **kwargs), reference, x)
-        x64 = x.double()  # float64 tables: the cache key includes the compute dtype
+        x64 = x.double()  # float64 tables for float64 input
         assert_agree(
             apply_rope_fast(x64, positions, **kwargs), apply_rope(x64, positions, **kwargs), x64
         )
