@@ -93,10 +93,10 @@ def _tables(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """cos, sin ``(seq, r/2)``, ``[cos, cos]`` ``(seq, r)`` and ``cos + i sin`` for these settings.
 
-    Computed afresh on every call: the package keeps no module-level state. Forming the angles,
-    their cos and sin and the derived tables costs about a tenth of rotating a ``(1, 32, 4096,
-    128)`` float32 tensor; a model that wants them once for all its layers caches them on its
-    rotary module (``RotaryEmbedding`` does).
+    Computed afresh on every call: the package keeps no module-level state. For a ``(1, 32, 4096,
+    128)`` float32 tensor they cost about a twentieth of the rotation on one CPU thread (3.8 ms
+    against 67 ms, measured once); a model that wants them once for all its layers caches them on
+    its rotary module (``RotaryEmbedding`` does).
     """
     inv_freq, attention_factor = rope_parameters(
         rotary_dim, base, scaling, seq_len=_seq_len(positions)
