@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig
-from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 import rope_tutor as rt
 from rope_tutor.fast import apply_rope_fast
@@ -129,23 +127,8 @@ def test_low_precision_blocks_cover_every_row(threads: int, layout: str) -> None
     assert_agree(fast, apply_rope(x, positions, layout=layout), x)
 
 
-@pytest.mark.parametrize("base", [10000.0, 500000.0])
-def test_fast_matches_hf_llama(base: float) -> None:
-    batch, heads, seq, head_dim = 2, 3, 40, 32
-    config = LlamaConfig(
-        hidden_size=heads * head_dim,
-        num_attention_heads=heads,
-        rope_parameters={"rope_type": "default", "rope_theta": base},
-    )
-    q = gaussian(batch, heads, seq, head_dim, seed=6)
-    k = gaussian(batch, heads, seq, head_dim, seed=7)
-    positions = torch.arange(seq) * 50  # up to 1950
-    cos, sin = LlamaRotaryEmbedding(config)(q, positions[None].expand(batch, seq))
-    hf_q, hf_k = apply_rotary_pos_emb(q, k, cos, sin)
-    torch.testing.assert_close(apply_rope_fast(q, positions, base=base), hf_q, rtol=0, atol=2e-4)
-    out = torch.empty_like(k)
-    apply_rope_fast(k, positions, base=base, out=out)
-    torch.testing.assert_close(out, hf_k, rtol=0, atol=2e-4)
+# The comparison with Hugging Face's Llama code, with and without out=, is parametrised with
+# apply_rope's in tests/test_rope.py (test_rope_matches_hf_llama).
 
 
 def test_positions_default_to_zero_to_seq_minus_one() -> None:

@@ -26,6 +26,7 @@ from transformers.models.llama.modeling_llama import rotate_half as hf_rotate_ha
 import rope_tutor.absolute
 import rope_tutor.scaling
 from rope_tutor import SelfAttention
+from rope_tutor.fast import apply_rope_fast
 from rope_tutor.rope import (
     RotaryEmbedding,
     apply_rope,
@@ -104,8 +105,21 @@ def test_rotate_interleaved_is_multiplication_by_i() -> None:
     torch.testing.assert_close(rotate_interleaved(x), expected, rtol=0, atol=0)
 
 
+def _fast_into_a_buffer(x: torch.Tensor, positions: torch.Tensor, **kwargs) -> torch.Tensor:
+    """``apply_rope_fast`` writing into a buffer it is given, as a KV-cache write does."""
+    out = torch.empty_like(x)
+    assert apply_rope_fast(x, positions, out=out, **kwargs) is out
+    return out
+
+
+@pytest.mark.parametrize(
+    "rotate",
+    [apply_rope, apply_rope_fast, _fast_into_a_buffer],
+    ids=["apply_rope", "apply_rope_fast", "apply_rope_fast-out"],
+)
 @pytest.mark.parametrize("base", [10000.0, 500000.0])
-def test_apply_rope_matches_hf_llama(base: float) -> None:
+def test_rope_matches_hf_llama(rotate, base: float) -> None:
+    """The Part II reference and the Part VI fast path against Hugging Face's Llama code."""
     batch, heads, seq, head_dim = 2, 3, 40, 32
     config = LlamaConfig(
         hidden_size=heads * head_dim,
@@ -119,7 +133,23 @@ def test_apply_rope_matches_hf_llama(base: float) -> None:
     cos, sin = hf_rotary(q, positions[None].expand(batch, seq))  # (batch, seq, head_dim)
     hf_q, hf_k = apply_rotary_pos_emb(q, k, cos, sin)
 
-    torch.testing.assert_close(apply_rope(q, positions, base=base), hf_q, rtol=0, atol=2e-4)
+    torch.testing.assert_close(rotate(q, positions, base=base), hf_q, rtol=0, atol=2e-4)
+    torch.testing.assert_close(rotate(k, positions, base=base), hf_k, rtol=0, atol=2e-4)
+
+
+@pytest.mark.parametrize("base", [10000.0, 500000.0])
+def test_rotary_embedding_module_matches_hf_llama(base: float) -> None:
+    batch, heads, seq, head_dim = 2, 3, 40, 32
+    config = LlamaConfig(
+        hidden_size=heads * head_dim,
+        num_attention_heads=heads,
+        rope_parameters={"rope_type": "default", "rope_theta": base},
+    )
+    q = gaussian(batch, heads, seq, head_dim, seed=3, dtype=torch.float32)
+    k = gaussian(batch, heads, seq, head_dim, seed=4, dtype=torch.float32)
+    positions = torch.arange(seq) * 50
+    cos, sin = LlamaRotaryEmbedding(config)(q, positions[None].expand(batch, seq))
+    hf_q, hf_k = apply_rotary_pos_emb(q, k, cos, sin)
     ours_q, ours_k = RotaryEmbedding(head_dim, base=base)(q, k, positions)
     torch.testing.assert_close(ours_q, hf_q, rtol=0, atol=2e-4)
     torch.testing.assert_close(ours_k, hf_k, rtol=0, atol=2e-4)
