@@ -1,4 +1,4 @@
-"""Part IV exercises: Position Interpolation, the NTK-aware base, YaRN's ramp and parameters."""
+"""Part IV exercises: pairs that never turn, Position Interpolation, the NTK-aware base, YaRN."""
 
 from __future__ import annotations
 
@@ -7,7 +7,97 @@ import math
 import torch
 
 from rope_tutor.exercises.framework import Case, Exercise, Mistake, register
-from rope_tutor.scaling import ntk_scaled_base, rope_parameters, yarn_mscale, yarn_ramp
+from rope_tutor.scaling import (
+    ntk_scaled_base,
+    rope_parameters,
+    rotations_per_window,
+    yarn_mscale,
+    yarn_ramp,
+)
+
+# --- The extrapolation problem: pairs that never complete a turn ------------------------------
+
+
+def _incomplete_pairs(dim: int, base: float, window: int) -> int:
+    return int((rotations_per_window(dim, base, window) < 1).sum())
+
+
+def _wavelengths(dim: int, base: float, exponent_scale: float = 2.0) -> list[float]:
+    return [2 * math.pi * base ** (exponent_scale * i / dim) for i in range(dim // 2)]
+
+
+def _counts_complete_pairs(dim: int, base: float, window: int) -> int:
+    return sum(wavelength <= window for wavelength in _wavelengths(dim, base))
+
+
+def _counts_features(dim: int, base: float, window: int) -> int:
+    return 2 * _incomplete_pairs(dim, base, window)
+
+
+def _wavelength_without_two_pi(dim: int, base: float, window: int) -> int:
+    return sum(base ** (2 * i / dim) > window for i in range(dim // 2))
+
+
+def _exponent_without_two(dim: int, base: float, window: int) -> int:
+    return sum(wavelength > window for wavelength in _wavelengths(dim, base, 1.0))
+
+
+def _critical_dimension_floor(dim: int, base: float, window: int) -> int:
+    x = dim / 2 * math.log(window / (2 * math.pi)) / math.log(base)
+    return dim // 2 - min(max(math.floor(x), 0), dim // 2)
+
+
+register(
+    Exercise(
+        name="incomplete_pairs",
+        summary="the number of rotary pairs that never complete a turn in a window of L tokens",
+        signature="(dim, base, window) -> int",
+        reference=_incomplete_pairs,
+        cases=(
+            Case.of(128, 10000.0, 4096),
+            Case.of(64, 100000.0, 8192),
+            Case.of(128, 500000.0, 8192),
+            Case.of(64, 10000.0, 512),
+            Case.of(32, 10000.0, 100000),
+            Case.of(16, 10000.0, 4),
+        ),
+        hint=(
+            "pair i (i = 0 .. dim/2 - 1) turns at theta_i = base ** (-2i / dim) radians per token, "
+            "so one full turn takes its wavelength 2 pi / theta_i tokens; count the pairs whose "
+            "wavelength is longer than the window."
+        ),
+        mistakes=(
+            Mistake(
+                "you counted the pairs that DO complete a turn; the question asks for those whose "
+                "wavelength 2 pi base ** (2i / dim) is longer than the window.",
+                _counts_complete_pairs,
+            ),
+            Mistake(
+                "you counted features, not pairs: each pair is two features of the head, and the "
+                "answer is at most dim / 2.",
+                _counts_features,
+            ),
+            Mistake(
+                "a turn is 2 pi radians: the wavelength is 2 pi / theta_i = "
+                "2 pi base ** (2i / dim), not base ** (2i / dim).",
+                _wavelength_without_two_pi,
+            ),
+            Mistake(
+                "the exponent of pair i is 2i / dim (pair i holds features 2i and 2i + 1), "
+                "not i / dim.",
+                _exponent_without_two,
+            ),
+            Mistake(
+                "with the closed form, pairs i < x = (dim / 2) log_base(window / 2 pi) complete a "
+                "turn: that is ceil(x) pairs, not floor(x), so dim / 2 - ceil(x) never do.",
+                _critical_dimension_floor,
+            ),
+        ),
+        rtol=0.0,
+        atol=0.0,
+        chapter="extrapolation_problem",
+    )
+)
 
 # --- Position Interpolation ------------------------------------------------------------------
 
