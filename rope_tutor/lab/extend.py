@@ -8,7 +8,8 @@ Part V. ``extend_rope`` takes the RoPE arm of step 1 (``rope.safetensors``, trai
 - the attention-temperature sweep of YaRN: logit multipliers around YaRN's own (0.1 ln s + 1)^2;
 - short fine-tunes at ``extend_factor * T``: plain RoPE, PI and YaRN.
 
-It writes ``extend_rope.json``.
+It writes ``extend_rope.json``. ``rope_tutor.lab.yarn_beta`` adds YaRN's beta arms and the
+length-matched factors (``yarn_beta.json``) on the same checkpoint.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from rope_tutor.lab.short_long import (
 )
 from rope_tutor.lab.train import fit
 
-__all__ = ["extend_rope", "extension_methods"]
+__all__ = ["extend_rope", "extension_methods", "rope_checkpoint"]
 
 
 def extension_methods(settings: LabSettings) -> dict[str, dict[str, Any] | None]:
@@ -61,7 +62,9 @@ def _rescaled_beta(window: int) -> dict[str, float]:
     return {"beta_fast": 32.0 * window / 4096, "beta_slow": 1.0 * window / 4096}
 
 
-def _rope_model(settings: LabSettings, corpus: Corpus, out_dir: Path, *, progress: bool) -> TinyLM:
+def rope_checkpoint(
+    settings: LabSettings, corpus: Corpus, out_dir: Path, *, progress: bool
+) -> TinyLM:
     """The RoPE arm of step 1: loaded from its checkpoint, or trained (and saved) when absent."""
     path = out_dir / "rope.safetensors"
     if path.exists():
@@ -156,7 +159,7 @@ def extend_rope(
     settings: LabSettings, corpus: Corpus, out_dir: Path, *, progress: bool = True
 ) -> dict[str, Any]:
     """Context extension of the step-1 RoPE model. Writes ``extend_rope.json``."""
-    base_model = _rope_model(settings, corpus, out_dir, progress=progress)
+    base_model = rope_checkpoint(settings, corpus, out_dir, progress=progress)
     methods = extension_methods(settings)
     inference, sanity = _inference(base_model, methods, settings, corpus)
     temperature = _temperature(base_model, methods["yarn_paper_beta"], settings, corpus)
