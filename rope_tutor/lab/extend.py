@@ -39,8 +39,11 @@ def extension_methods(settings: LabSettings) -> dict[str, dict[str, Any] | None]
     Static methods use ONE factor s = ``extend_factor`` at every length, so that their cost at
     short lengths shows. Dynamic NTK recomputes s = max(1, l / T) from the length l it sees
     (``factor`` 1 is emozilla's alpha = 1). YaRN runs with the paper's beta (32, 1), tuned for
-    LLaMA's 2k-4k windows, and with beta rescaled by T / 4096 (1, 1/32): beta counts turns of a
-    pair inside the window, and a window 32x shorter holds 32x fewer turns.
+    LLaMA's 2k-4k windows, and with both betas rescaled by T / 4096 (1, 1/32): beta counts turns
+    of a pair inside the window, and a window 32x shorter holds 32x fewer turns. Rescaling
+    beta_slow as well leaves the pairs that turn between 1/32 and 1 times only partly
+    interpolated, so they meet unseen angles past T; ``rope_tutor.lab.yarn_beta`` measures this
+    arm beside beta_fast alone rescaled (beta_slow = 1), chapter "Extending a trained RoPE model".
     """
     s, window = settings.extend_factor, settings.context
     yarn = {"rope_type": "yarn", "factor": s, "original_max_position_embeddings": window}
