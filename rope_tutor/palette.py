@@ -35,7 +35,7 @@ ARMS: MappingProxyType[str, tuple[str, str]] = MappingProxyType(
         "dynamic_ntk": ("dynamic NTK", "#D55E00"),
         "yarn": ("YaRN", "#882255"),
         "yarn_paper_beta": ("YaRN, paper's β (32, 1)", "#882255"),
-        "yarn_rescaled_beta": ("YaRN, β scaled to T", "#44AA99"),
+        "yarn_rescaled_beta": ("YaRN, both β scaled to T (1, 1/32)", "#44AA99"),
         "llama3": ("Llama 3 scaling", "#332288"),
         "longrope": ("LongRoPE", "#117733"),
         # Fine-tuned arms of the labs

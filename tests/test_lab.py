@@ -430,6 +430,7 @@ def test_quick_configuration_runs_every_experiment(tmp_path: Path) -> None:
     run_lab("all", "--quick", "--threads", "2", "--out", str(tmp_path), timeout=600)
     names = {p.name for p in tmp_path.iterdir()}
     assert {"train_short_test_long.json", "extend_rope.json", "needle.json"} <= names
+    assert "yarn_beta.json" in names
     assert {"summary.json", "rope.safetensors"} <= names
     extend = json.loads((tmp_path / "extend_rope.json").read_text())
     assert extend["sanity"]["pi_factor_1_equals_rope"] is True
@@ -445,6 +446,7 @@ WRITTEN_BY = {
     "train_short_test_long.json": "train-short-test-long",
     "summary.json": "train-short-test-long",
     "extend_rope.json": "extend",
+    "yarn_beta.json": "yarn-beta",
     "needle.json": "passkey",
 }
 

@@ -1,8 +1,9 @@
 """Command line of the lab: ``python -m rope_tutor.lab all`` reproduces chapters 11-13.
 
-Subcommands ``train-short-test-long``, ``extend`` and ``passkey`` run one step each (modules
-``short_long``, ``extend``, ``passkey``; every run ends with ``summary``; ``extend`` reuses the
-RoPE checkpoint of ``train-short-test-long`` when it is present);
+Subcommands ``train-short-test-long``, ``extend``, ``yarn-beta`` and ``passkey`` run one step
+each (modules ``short_long``, ``extend``, ``yarn_beta``, ``passkey``; every run ends with
+``summary``; ``extend`` and ``yarn-beta`` reuse the RoPE checkpoint of ``train-short-test-long``
+when it is present; ``yarn-beta`` is inference only, minutes on two cores);
 ``arm --encoding rope`` re-trains and evaluates one arm of ``train-short-test-long`` into
 ``<out>/arm_<encoding>.json`` (what ``tests/test_lab.py`` compares with the saved numbers);
 ``--quick`` runs a tiny configuration (seconds) for smoke tests; ``--out`` picks the folder.
@@ -23,9 +24,10 @@ from rope_tutor.lab.passkey import find_the_needle
 from rope_tutor.lab.settings import BOOK, DEFAULT_OUT_DIR, QUICK, load_corpus_for
 from rope_tutor.lab.short_long import run_arm, train_short_test_long
 from rope_tutor.lab.summary import write_summary
+from rope_tutor.lab.yarn_beta import yarn_beta
 from rope_tutor.runtime import DEFAULT_THREADS, seed_everything
 
-COMMANDS = ("all", "train-short-test-long", "extend", "passkey", "arm")
+COMMANDS = ("all", "train-short-test-long", "extend", "yarn-beta", "passkey", "arm")
 
 
 def _restart_with_passive_waiting() -> None:
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     timings = {}
     start = time.perf_counter()
     corpus = None
-    if args.command in ("all", "train-short-test-long", "extend", "arm"):
+    if args.command in ("all", "train-short-test-long", "extend", "yarn-beta", "arm"):
         corpus = load_corpus_for(settings)
     if args.command == "arm":
         run_arm(args.encoding, settings, corpus, out_dir, progress=progress)
@@ -77,6 +79,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         t = time.perf_counter()
         extend_rope(settings, corpus, out_dir, progress=progress)
         timings["extend"] = time.perf_counter() - t
+    if args.command in ("all", "yarn-beta"):
+        t = time.perf_counter()
+        yarn_beta(settings, corpus, out_dir, progress=progress)
+        timings["yarn_beta"] = time.perf_counter() - t
     if args.command in ("all", "passkey"):
         t = time.perf_counter()
         find_the_needle(settings, out_dir, progress=progress)

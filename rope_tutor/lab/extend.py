@@ -8,7 +8,8 @@ Part V. ``extend_rope`` takes the RoPE arm of step 1 (``rope.safetensors``, trai
 - the attention-temperature sweep of YaRN: logit multipliers around YaRN's own (0.1 ln s + 1)^2;
 - short fine-tunes at ``extend_factor * T``: plain RoPE, PI and YaRN.
 
-It writes ``extend_rope.json``.
+It writes ``extend_rope.json``. ``rope_tutor.lab.yarn_beta`` adds YaRN's beta arms and the
+length-matched factors (``yarn_beta.json``) on the same checkpoint.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from rope_tutor.lab.short_long import (
 )
 from rope_tutor.lab.train import fit
 
-__all__ = ["extend_rope", "extension_methods"]
+__all__ = ["extend_rope", "extension_methods", "rope_checkpoint"]
 
 
 def extension_methods(settings: LabSettings) -> dict[str, dict[str, Any] | None]:
@@ -38,8 +39,11 @@ def extension_methods(settings: LabSettings) -> dict[str, dict[str, Any] | None]
     Static methods use ONE factor s = ``extend_factor`` at every length, so that their cost at
     short lengths shows. Dynamic NTK recomputes s = max(1, l / T) from the length l it sees
     (``factor`` 1 is emozilla's alpha = 1). YaRN runs with the paper's beta (32, 1), tuned for
-    LLaMA's 2k-4k windows, and with beta rescaled by T / 4096 (1, 1/32): beta counts turns of a
-    pair inside the window, and a window 32x shorter holds 32x fewer turns.
+    LLaMA's 2k-4k windows, and with both betas rescaled by T / 4096 (1, 1/32): beta counts turns
+    of a pair inside the window, and a window 32x shorter holds 32x fewer turns. Rescaling
+    beta_slow as well leaves the pairs that turn between 1/32 and 1 times only partly
+    interpolated, so they meet unseen angles past T; ``rope_tutor.lab.yarn_beta`` measures this
+    arm beside beta_fast alone rescaled (beta_slow = 1), chapter "Extending a trained RoPE model".
     """
     s, window = settings.extend_factor, settings.context
     yarn = {"rope_type": "yarn", "factor": s, "original_max_position_embeddings": window}
@@ -61,7 +65,9 @@ def _rescaled_beta(window: int) -> dict[str, float]:
     return {"beta_fast": 32.0 * window / 4096, "beta_slow": 1.0 * window / 4096}
 
 
-def _rope_model(settings: LabSettings, corpus: Corpus, out_dir: Path, *, progress: bool) -> TinyLM:
+def rope_checkpoint(
+    settings: LabSettings, corpus: Corpus, out_dir: Path, *, progress: bool
+) -> TinyLM:
     """The RoPE arm of step 1: loaded from its checkpoint, or trained (and saved) when absent."""
     path = out_dir / "rope.safetensors"
     if path.exists():
@@ -156,7 +162,7 @@ def extend_rope(
     settings: LabSettings, corpus: Corpus, out_dir: Path, *, progress: bool = True
 ) -> dict[str, Any]:
     """Context extension of the step-1 RoPE model. Writes ``extend_rope.json``."""
-    base_model = _rope_model(settings, corpus, out_dir, progress=progress)
+    base_model = rope_checkpoint(settings, corpus, out_dir, progress=progress)
     methods = extension_methods(settings)
     inference, sanity = _inference(base_model, methods, settings, corpus)
     temperature = _temperature(base_model, methods["yarn_paper_beta"], settings, corpus)
