@@ -6,6 +6,9 @@ each (modules ``short_long``, ``extend``, ``yarn_beta``, ``passkey``; every run 
 when it is present; ``yarn-beta`` is inference only, minutes on two cores);
 ``arm --encoding rope`` re-trains and evaluates one arm of ``train-short-test-long`` into
 ``<out>/arm_<encoding>.json`` (what ``tests/test_lab.py`` compares with the saved numbers);
+``needle-arm --encoding alibi`` trains one encoding on the needle task into
+``<out>/needle_<encoding>.json`` (``passkey`` runs it for every encoding of
+``passkey.OTHER_ENCODINGS`` after writing ``needle.json``);
 ``--quick`` runs a tiny configuration (seconds) for smoke tests; ``--out`` picks the folder.
 """
 
@@ -20,14 +23,14 @@ from pathlib import Path
 
 from rope_tutor.lab.extend import extend_rope
 from rope_tutor.lab.model import ENCODINGS
-from rope_tutor.lab.passkey import find_the_needle
+from rope_tutor.lab.passkey import OTHER_ENCODINGS, find_the_needle, needle_arm
 from rope_tutor.lab.settings import BOOK, DEFAULT_OUT_DIR, QUICK, load_corpus_for
 from rope_tutor.lab.short_long import run_arm, train_short_test_long
 from rope_tutor.lab.summary import write_summary
 from rope_tutor.lab.yarn_beta import yarn_beta
 from rope_tutor.runtime import DEFAULT_THREADS, seed_everything
 
-COMMANDS = ("all", "train-short-test-long", "extend", "yarn-beta", "passkey", "arm")
+COMMANDS = ("all", "train-short-test-long", "extend", "yarn-beta", "passkey", "arm", "needle-arm")
 
 
 def _restart_with_passive_waiting() -> None:
@@ -48,7 +51,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--quick", action="store_true", help="tiny configuration, for tests")
     parser.add_argument("--out", type=Path, default=None, help=f"output folder ({DEFAULT_OUT_DIR})")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
-    parser.add_argument("--encoding", choices=ENCODINGS, default="rope", help="for 'arm'")
+    parser.add_argument(
+        "--encoding", choices=ENCODINGS, default="rope", help="for 'arm' and 'needle-arm'"
+    )
     parser.add_argument(
         "--threads",
         type=int,
@@ -72,6 +77,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         run_arm(args.encoding, settings, corpus, out_dir, progress=progress)
         print("wrote", out_dir / f"arm_{args.encoding}.json")
         return {"total": time.perf_counter() - start}
+    if args.command == "needle-arm":
+        needle_arm(args.encoding, settings, out_dir, progress=progress)
+        print("wrote", out_dir / f"needle_{args.encoding}.json")
+        return {"total": time.perf_counter() - start}
     if args.command in ("all", "train-short-test-long"):
         train_short_test_long(settings, corpus, out_dir, progress=progress)
         timings["train_short_test_long"] = time.perf_counter() - start
@@ -86,6 +95,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if args.command in ("all", "passkey"):
         t = time.perf_counter()
         find_the_needle(settings, out_dir, progress=progress)
+        for encoding in OTHER_ENCODINGS:
+            needle_arm(encoding, settings, out_dir, progress=progress)
         timings["passkey"] = time.perf_counter() - t
     write_summary(out_dir)
     timings["total"] = time.perf_counter() - start

@@ -21,7 +21,13 @@ import torch.nn.functional as F
 
 from rope_tutor.lab.data import needle_batch
 
-__all__ = ["fixed_target_losses", "per_position_loss", "chunked_loss", "needle_accuracy"]
+__all__ = [
+    "fixed_target_losses",
+    "per_position_loss",
+    "chunked_loss",
+    "needle_accuracy",
+    "needle_depth_bins",
+]
 
 #: Evaluation batches hold at most this many bytes, which bounds the attention-score memory.
 TOKENS_PER_BATCH = 8192
@@ -83,6 +89,17 @@ def chunked_loss(model: torch.nn.Module, data: torch.Tensor, length: int, num_by
     return _token_losses(model, data[index].long()).mean().item()
 
 
+def needle_depth_bins(
+    depth: torch.Tensor, length: int, key_length: int, depth_bins: int = 4
+) -> torch.Tensor:
+    """The depth bin of each needle: int64 ``(n,)`` in ``[0, depth_bins)`` from the needle starts
+    ``depth`` ``(n,)`` of ``needle_batch`` sequences of ``length`` bytes; equal-width bins over
+    the ``length - 2 * (1 + key_length) + 1`` possible starts, bin 0 = needle near the start
+    (farthest from the question), the last bin = nearest to it."""
+    room = length - 2 * (1 + key_length)
+    return torch.clamp(depth * depth_bins // (room + 1), max=depth_bins - 1)
+
+
 def needle_accuracy(
     model: torch.nn.Module,
     length: int,
@@ -114,8 +131,7 @@ def needle_accuracy(
             correct.append(logits.argmax(dim=-1).cpu() == chunk[:, -scored:])
     hits = torch.cat(correct)  # (num_samples, scored)
     exact = hits.all(dim=1).float()
-    room = length - 2 * (1 + key_length)
-    bins = torch.clamp(depth * depth_bins // (room + 1), max=depth_bins - 1)
+    bins = needle_depth_bins(depth, length, key_length, depth_bins)
     by_depth = [
         exact[bins == b].mean().item() if (bins == b).any() else None for b in range(depth_bins)
     ]

@@ -4,6 +4,11 @@ Part V. ``find_the_needle`` trains a retrieval model per encoding at T on the ne
 ``rope_tutor.lab.data.needle_batch`` (``LabSettings.needle_train``), sweeps the length once the
 model retrieves in its window, swaps in the methods of ``rope_tutor.lab.extend`` and fine-tunes
 a copy with PI at ``extend_factor * T``. It writes ``needle.json``.
+
+``needle_arm`` trains one more encoding (ALiBi, ``OTHER_ENCODINGS``) with the same recipe into
+its own file, ``needle_<encoding>.json``, so that adding an arm never re-trains the RoPE arm of
+``needle.json``. ``needle_depth_counts`` regenerates how many of a measurement's samples fall in
+each depth bin (the files store the fraction per bin, not the count).
 """
 
 from __future__ import annotations
@@ -14,17 +19,49 @@ from typing import Any
 import torch
 
 from rope_tutor.lab.data import needle_batch
-from rope_tutor.lab.evaluate import needle_accuracy
+from rope_tutor.lab.evaluate import needle_accuracy, needle_depth_bins
 from rope_tutor.lab.extend import extension_methods
-from rope_tutor.lab.model import TinyLM
+from rope_tutor.lab.model import ENCODINGS, TinyLM
 from rope_tutor.lab.records import provenance, rounded, write_result
 from rope_tutor.lab.settings import LabSettings
 from rope_tutor.lab.train import BatchFactory, TrainConfig, fit
 
-__all__ = ["find_the_needle", "needle_batches"]
+__all__ = [
+    "OTHER_ENCODINGS",
+    "find_the_needle",
+    "needle_arm",
+    "needle_batches",
+    "needle_depth_counts",
+    "needle_seed",
+]
 
 #: An arm's length sweep is reported only when its in-window exact match reaches this.
 LEARNED_THRESHOLD = 0.95
+
+#: Encodings that ``passkey`` (hence ``all``) also trains on the needle task, each with the
+#: recipe of the RoPE arm and into its own file ``needle_<encoding>.json``.
+OTHER_ENCODINGS: tuple[str, ...] = ("alibi",)
+
+
+def needle_seed(settings: LabSettings, multiple: int | None) -> int:
+    """The seed of the evaluation samples: ``eval_seed`` for the in-window measurement
+    (``multiple=None``), ``eval_seed + multiple`` for the sweep at ``multiple * T``. Every arm
+    of a sweep is scored on the same samples at a given length; the in-window measurement and
+    the sweep's ``1`` entry use different samples of the same length."""
+    return settings.eval_seed if multiple is None else settings.eval_seed + multiple
+
+
+def needle_depth_counts(
+    settings: LabSettings, multiple: int | None, depth_bins: int = 4
+) -> list[int]:
+    """How many of the ``needle_samples`` samples of one measurement lie in each depth bin
+    (bin 0 = needle farthest from the question), regenerated from the measurement's seed
+    (``needle_seed``). ``multiple=None`` is the in-window measurement."""
+    length = settings.context * (1 if multiple is None else multiple)
+    generator = torch.Generator().manual_seed(needle_seed(settings, multiple))
+    _, depth = needle_batch(settings.needle_samples, length, settings.needle_key_length, generator)
+    bins = needle_depth_bins(depth, length, settings.needle_key_length, depth_bins)
+    return torch.bincount(bins, minlength=depth_bins).tolist()
 
 
 def needle_batches(settings: LabSettings, length: int) -> BatchFactory:
@@ -53,7 +90,7 @@ def _needle_sweep(model: TinyLM, settings: LabSettings) -> dict[str, Any]:
             m * settings.context,
             settings.needle_samples,
             settings.needle_key_length,
-            seed=settings.eval_seed + m,
+            seed=needle_seed(settings, m),
             cue=settings.needle_cue,
         )
         for m in settings.needle_multiples
@@ -88,6 +125,73 @@ def _extended_arms(model: TinyLM, settings: LabSettings, *, progress: bool) -> d
     return arms
 
 
+def _train_needle_arm(
+    encoding: str, settings: LabSettings, *, progress: bool
+) -> tuple[TinyLM, dict[str, Any]]:
+    """Train the retrieval model of ``encoding`` at T and measure it in its window; sweep the
+    length when it passes ``LEARNED_THRESHOLD``. Returns the model and the arm's record."""
+    if encoding not in ENCODINGS:
+        raise ValueError(f"encoding must be one of {ENCODINGS}, got encoding={encoding!r}")
+    fitted = fit(
+        settings.model_config(encoding),
+        needle_batches(settings, settings.context),
+        settings.needle_train,
+        description=f"needle-{encoding}",
+        progress=progress,
+    )
+    in_window = needle_accuracy(
+        fitted.model,
+        settings.context,
+        settings.needle_samples,
+        settings.needle_key_length,
+        seed=needle_seed(settings, None),
+        cue=settings.needle_cue,
+    )
+    losses = fitted.losses
+    result: dict[str, Any] = {
+        "train_seconds": round(fitted.seconds, 1),
+        "final_train_loss": rounded(sum(losses[-20:]) / len(losses[-20:]), 4),
+        "in_window": in_window,
+        "learned": in_window["exact_match"] >= LEARNED_THRESHOLD,
+    }
+    if result["learned"]:
+        result["sweep"] = _needle_sweep(fitted.model, settings)
+    return fitted.model, result
+
+
+def _protocol(settings: LabSettings) -> dict[str, Any]:
+    return {
+        "context": settings.context,
+        "task": "random lowercase filler with '=KEY' hidden at a uniform depth, ending with "
+        f"'=KEY'; KEY = {settings.needle_key_length} distinct capital letters, the first "
+        f"{settings.needle_cue} given (a cue, not scored); exact match of the teacher-forced "
+        "argmax over the other key letters",
+        "key_length": settings.needle_key_length,
+        "cue": settings.needle_cue,
+        "samples_per_length": settings.needle_samples,
+        "multiples": list(settings.needle_multiples),
+        "threshold": "length sweep reported only when in-window exact match >= "
+        f"{LEARNED_THRESHOLD}",
+        "finetune": f"PI (factor {settings.extend_factor}) "
+        f"{settings.needle_finetune.steps} steps at "
+        f"{int(settings.extend_factor * settings.context)} bytes",
+    }
+
+
+def _provenance(settings: LabSettings, command: str, *, finetune: bool) -> dict[str, Any]:
+    extra = {"finetune": settings.needle_finetune.to_dict()} if finetune else {}
+    return provenance(
+        settings,
+        None,
+        command,
+        seed=settings.needle_train.seed,
+        steps=settings.needle_train.steps,
+        train=settings.needle_train.to_dict(),
+        **extra,
+        data="synthetic (rope_tutor.lab.data.needle_batch, seeded)",
+    )
+
+
 def find_the_needle(
     settings: LabSettings, out_dir: Path, *, progress: bool = True
 ) -> dict[str, Any]:
@@ -97,62 +201,33 @@ def find_the_needle(
     """
     arms = {}
     for encoding in settings.needle_encodings:
-        fitted = fit(
-            settings.model_config(encoding),
-            needle_batches(settings, settings.context),
-            settings.needle_train,
-            description=f"needle-{encoding}",
-            progress=progress,
-        )
-        in_window = needle_accuracy(
-            fitted.model,
-            settings.context,
-            settings.needle_samples,
-            settings.needle_key_length,
-            seed=settings.eval_seed,
-            cue=settings.needle_cue,
-        )
-        losses = fitted.losses
-        result: dict[str, Any] = {
-            "train_seconds": round(fitted.seconds, 1),
-            "final_train_loss": rounded(sum(losses[-20:]) / len(losses[-20:]), 4),
-            "in_window": in_window,
-            "learned": in_window["exact_match"] >= LEARNED_THRESHOLD,
-        }
-        if result["learned"]:
-            result["sweep"] = _needle_sweep(fitted.model, settings)
+        model, result = _train_needle_arm(encoding, settings, progress=progress)
         arms[encoding] = result
         if encoding == "rope" and result["learned"]:
-            arms.update(_extended_arms(fitted.model, settings, progress=progress))
+            arms.update(_extended_arms(model, settings, progress=progress))
     payload = {
         "experiment": "finding the needle",
-        "protocol": {
-            "context": settings.context,
-            "task": "random lowercase filler with '=KEY' hidden at a uniform depth, ending with "
-            f"'=KEY'; KEY = {settings.needle_key_length} distinct capital letters, the first "
-            f"{settings.needle_cue} given (a cue, not scored); exact match of the teacher-forced "
-            "argmax over the other key letters",
-            "key_length": settings.needle_key_length,
-            "cue": settings.needle_cue,
-            "samples_per_length": settings.needle_samples,
-            "multiples": list(settings.needle_multiples),
-            "threshold": "length sweep reported only when in-window exact match >= "
-            f"{LEARNED_THRESHOLD}",
-            "finetune": f"PI (factor {settings.extend_factor}) "
-            f"{settings.needle_finetune.steps} steps at "
-            f"{int(settings.extend_factor * settings.context)} bytes",
-        },
-        "provenance": provenance(
-            settings,
-            None,
-            "passkey",
-            seed=settings.needle_train.seed,
-            steps=settings.needle_train.steps,
-            train=settings.needle_train.to_dict(),
-            finetune=settings.needle_finetune.to_dict(),
-            data="synthetic (rope_tutor.lab.data.needle_batch, seeded)",
-        ),
+        "protocol": _protocol(settings),
+        "provenance": _provenance(settings, "passkey", finetune=True),
         "arms": arms,
     }
     write_result(out_dir / "needle.json", payload)
+    return payload
+
+
+def needle_arm(
+    encoding: str, settings: LabSettings, out_dir: Path, *, progress: bool = True
+) -> dict[str, Any]:
+    """Train the retrieval model of one more ``encoding`` with the recipe of ``needle.json``'s
+    RoPE arm (same steps, batches, seed and samples) and write ``needle_<encoding>.json``, laid
+    out like ``needle.json`` with the one arm (``python -m rope_tutor.lab needle-arm
+    --encoding <encoding>``). Raises ``ValueError`` naming an unknown ``encoding``."""
+    _, result = _train_needle_arm(encoding, settings, progress=progress)
+    payload = {
+        "experiment": "finding the needle",
+        "protocol": {k: v for k, v in _protocol(settings).items() if k != "finetune"},
+        "provenance": _provenance(settings, f"needle-arm --encoding {encoding}", finetune=False),
+        "arms": {encoding: result},
+    }
+    write_result(out_dir / f"needle_{encoding}.json", payload)
     return payload
