@@ -448,6 +448,7 @@ WRITTEN_BY = {
     "extend_rope.json": "extend",
     "yarn_beta.json": "yarn-beta",
     "needle.json": "passkey",
+    "needle_alibi.json": "needle-arm --encoding alibi",
 }
 
 
