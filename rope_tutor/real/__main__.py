@@ -1,4 +1,5 @@
-"""Command line: ``python -m rope_tutor.real all`` reproduces the saved results of chapter "A real model past its window".
+"""Command line: ``python -m rope_tutor.real all`` reproduces the saved results of chapter "A
+real model past its window".
 
 Subcommands ``loss`` and ``reach`` run one step each (``all`` runs both); ``--quick`` runs a tiny
 configuration (about a minute, most of it loading the model) for smoke tests; ``--out`` picks the
@@ -31,7 +32,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="tiny configuration, for tests")
     parser.add_argument("--out", type=Path, default=None, help=f"output folder ({DEFAULT_OUT_DIR})")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads (default %(default)s)")
+    parser.add_argument(
+        "--threads", type=int, default=2, help="torch threads (default %(default)s)"
+    )
     args = parser.parse_args(argv)
     if "OMP_WAIT_POLICY" not in os.environ:  # idle threads sleep: no number changes
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"

