@@ -15,6 +15,7 @@ rotary module for the same mathematics, the independent reference the tests comp
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 from collections.abc import Mapping
@@ -129,17 +130,22 @@ def load(dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu")
     for needed in ("transformers", "gguf", "accelerate"):
         if importlib.util.find_spec(needed) is None:
             raise ModuleNotFoundError(f"loading {MODEL_FILE} needs {needed!r}: {INSTALL}")
+    import transformers.modeling_gguf_pytorch_utils as gguf_loader
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # the loader's progress bars and notes
     hf_logging.disable_progress_bar()
+    # the GGUF loader's own bar ("Converting and de-quantizing GGUF tensors...") ignores both
+    loader_tqdm = gguf_loader.tqdm
+    gguf_loader.tqdm = functools.partial(loader_tqdm, disable=True)
     try:
         kwargs = {"gguf_file": path.name, "local_files_only": True}
         tokenizer = AutoTokenizer.from_pretrained(path.parent, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(path.parent, dtype=dtype, **kwargs)
     finally:
+        gguf_loader.tqdm = loader_tqdm
         hf_logging.set_verbosity(verbosity)
         hf_logging.enable_progress_bar()
     return model.to(device).eval(), tokenizer
