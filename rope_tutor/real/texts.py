@@ -1,0 +1,60 @@
+"""Long texts that every machine with the pinned environment has byte for byte.
+
+Chapter "A real model past its window". A text for measuring loss against position must be long
+(at least twice the model's 8,192-token window) and the same on every machine. The book uses the
+source of one module of a pinned pure-Python package from ``requirements.txt``: ``sympy``'s
+``sympy/core/expr.py`` (sympy 1.14.0, 143,770 bytes), whose SHA-256 is recorded here and checked
+on every read. It is public code on GitHub, so SmolLM2 may well have seen it in training (its
+corpus includes GitHub code): the loss is low, and what the chapter measures is how that loss
+changes with position, not how well the model knows the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+from pathlib import Path
+
+__all__ = ["TEXTS", "read_text"]
+
+#: name -> (distribution, pinned version, path inside the distribution, SHA-256 of the bytes).
+TEXTS: dict[str, tuple[str, str, str, str]] = {
+    "code": (
+        "sympy",
+        "1.14.0",
+        "sympy/core/expr.py",
+        "1d1ff1ce1eb6ef714199d7cd6e8806ce45a8a9a23f93f09e20e9e99b2cf00ab4",
+    ),
+}
+
+
+def read_text(name: str = "code") -> tuple[str, dict[str, str]]:
+    """The text ``name`` (see ``TEXTS``) and its provenance (package, version, path, sha256).
+
+    Raises ``ValueError`` for an unknown name, ``ModuleNotFoundError`` when the package is not
+    installed, and ``RuntimeError`` when the installed version or the file's bytes differ from
+    the pinned ones (the results would not be comparable).
+    """
+    if name not in TEXTS:
+        raise ValueError(f"unknown text name={name!r}; expected one of {sorted(TEXTS)}")
+    package, version, relative, expected = TEXTS[name]
+    if importlib.util.find_spec(package) is None:
+        raise ModuleNotFoundError(
+            f"text {name!r} is read from {package}=={version}: pip install it"
+        )
+    installed = importlib.metadata.version(package)
+    if installed != version:
+        raise RuntimeError(
+            f"text {name!r} is {relative} of {package}=={version}, but {package}=={installed} is "
+            f"installed: pip install {package}=={version}"
+        )
+    root = Path(importlib.util.find_spec(package).origin).parent.parent
+    data = (root / relative).read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != expected:
+        raise RuntimeError(
+            f"{relative} of {package}=={version} has sha256 {digest}, expected {expected}"
+        )
+    provenance = {"package": package, "version": version, "path": relative, "sha256": digest}
+    return data.decode("utf-8"), provenance
