@@ -15,6 +15,7 @@ rotary module for the same mathematics, the independent reference the tests comp
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 from collections.abc import Mapping
@@ -33,6 +34,8 @@ __all__ = [
     "MODEL_FILE",
     "PackageRotary",
     "gguf_path",
+    "gguf_tensor",
+    "gguf_tensors",
     "load",
     "sha256",
     "token_nll",
@@ -71,6 +74,41 @@ def gguf_path() -> Path:
     )
 
 
+def gguf_tensors(*names: str, path: str | Path | None = None) -> dict[str, torch.Tensor]:
+    """Tensors of the GGUF file as stored there, de-quantized to float32 (no permutation).
+
+    ``names`` are GGUF names, for example ``"blk.0.attn_q.weight"`` (layer 0's query projection,
+    ``(576, 576)``) or ``"blk.0.attn_k.weight"`` (``(192, 576)``); each result has PyTorch's
+    ``(out_features, in_features)`` order. Read with ``gguf.GGUFReader`` and
+    ``gguf.quants.dequantize``, the functions transformers' loader calls, but without the loader's
+    un-permutation: the query and key rows are in the interleaved layout that llama.cpp's
+    converter gave them (chapter "A real model past its window"). Opening the file parses all its
+    metadata (seconds), so ask for every tensor you need in one call. ``path`` defaults to
+    ``gguf_path()``. Raises ``KeyError`` naming the tensor and a few of the file's names when a
+    name is not in the file, and ``ModuleNotFoundError`` when ``gguf`` is missing.
+    """
+    if importlib.util.find_spec("gguf") is None:
+        raise ModuleNotFoundError(f"reading {MODEL_FILE} needs 'gguf': {INSTALL}")
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    path = Path(gguf_path() if path is None else path)
+    stored = {tensor.name: tensor for tensor in GGUFReader(path).tensors}
+    out = {}
+    for name in names:
+        if name not in stored:
+            raise KeyError(f"no tensor name={name!r} in {path.name}; it has {list(stored)[:6]} ...")
+        tensor = stored[name]
+        weights = dequantize(tensor.data, tensor.tensor_type)
+        out[name] = torch.from_numpy(weights.astype("float32", copy=True))
+    return out
+
+
+def gguf_tensor(name: str, path: str | Path | None = None) -> torch.Tensor:
+    """One tensor of the GGUF file, as ``gguf_tensors(name, path=path)[name]``."""
+    return gguf_tensors(name, path=path)[name]
+
+
 def sha256(path: str | Path) -> str:
     """Hex SHA-256 of a file, read in 1 MiB blocks (the provenance of every result)."""
     digest = hashlib.sha256()
@@ -92,17 +130,22 @@ def load(dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu")
     for needed in ("transformers", "gguf", "accelerate"):
         if importlib.util.find_spec(needed) is None:
             raise ModuleNotFoundError(f"loading {MODEL_FILE} needs {needed!r}: {INSTALL}")
+    import transformers.modeling_gguf_pytorch_utils as gguf_loader
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # the loader's progress bars and notes
     hf_logging.disable_progress_bar()
+    # the GGUF loader's own bar ("Converting and de-quantizing GGUF tensors...") ignores both
+    loader_tqdm = gguf_loader.tqdm
+    gguf_loader.tqdm = functools.partial(loader_tqdm, disable=True)
     try:
         kwargs = {"gguf_file": path.name, "local_files_only": True}
         tokenizer = AutoTokenizer.from_pretrained(path.parent, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(path.parent, dtype=dtype, **kwargs)
     finally:
+        gguf_loader.tqdm = loader_tqdm
         hf_logging.set_verbosity(verbosity)
         hf_logging.enable_progress_bar()
     return model.to(device).eval(), tokenizer
