@@ -558,14 +558,30 @@ def test_saved_loss_bins_are_what_the_code_computes(loaded, method) -> None:
         assert abs(ours - theirs) < 1e-3, (bins, entry["bins"][:2])
 
 
+def as_json(value: Any) -> Any:
+    """``value`` as it reads back from a JSON file (tuples become lists)."""
+    return json.loads(json.dumps(value))
+
+
+def test_a_stopped_run_resumes_from_its_file(tmp_path) -> None:
+    """The settings are compared as JSON stores them, so a saved file is found again (without
+    the model: the provenance of a run is all ``_read`` looks at)."""
+    record = {"model_sha256": "0" * 64, "settings": asdict(QUICK)}
+    path = tmp_path / "partial.json"
+    path.write_text(json.dumps({"provenance": record, "passes": {"pi s=2 n=512": {}}}))
+    assert experiments._read(path, record)["passes"] == {"pi s=2 n=512": {}}
+    other = {**record, "settings": asdict(BOOK)}
+    assert experiments._read(path, other) == {}, "results of other settings were kept"
+
+
 @pytest.mark.slow
 def test_quick_run_writes_results_and_resumes_without_recomputing(loaded, tmp_path, monkeypatch):
     """The quick configuration end to end on the loaded model, into an empty folder; a second
     call finds every pass and cell done; a deleted pass is recomputed alone, to the same bins."""
     model, tokenizer = loaded
     loss_file, reach_file = tmp_path / "loss_vs_position.json", tmp_path / "reach.json"
-    loss = experiments.run_loss(model, tokenizer, QUICK, loss_file)
-    reach = experiments.run_reach(model, tokenizer, QUICK, reach_file)
+    loss = as_json(experiments.run_loss(model, tokenizer, QUICK, loss_file))
+    reach = as_json(experiments.run_reach(model, tokenizer, QUICK, reach_file))
     assert json.loads(loss_file.read_text()) == loss and json.loads(reach_file.read_text()) == reach
     assert len(loss["passes"]) == len(experiments._loss_passes(QUICK, QUICK.window))
     assert len(reach["cells"]) == len(experiments._reach_cells(QUICK, QUICK.window))
@@ -577,8 +593,8 @@ def test_quick_run_writes_results_and_resumes_without_recomputing(loaded, tmp_pa
     monkeypatch.setattr(
         experiments, "use_rope", lambda m, s: calls.append(s) or real_use_rope(m, s)
     )
-    assert experiments.run_loss(model, tokenizer, QUICK, loss_file) == loss
-    assert experiments.run_reach(model, tokenizer, QUICK, reach_file) == reach
+    assert as_json(experiments.run_loss(model, tokenizer, QUICK, loss_file)) == loss
+    assert as_json(experiments.run_reach(model, tokenizer, QUICK, reach_file)) == reach
     assert calls == [], "a resumed run recomputed finished passes"
     # the command line, on the same folder: it loads nothing new and finds everything done
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")  # else it re-executes itself to set it

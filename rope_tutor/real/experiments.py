@@ -143,7 +143,7 @@ def _read(path: Path, same: dict[str, Any]) -> dict[str, Any]:
     if path.is_file():
         saved = json.loads(path.read_text(encoding="utf-8"))
         kept = {k: saved["provenance"].get(k) for k in same}
-        if kept == same:
+        if kept == json.loads(json.dumps(same)):  # as JSON stores it: tuples become lists
             return saved
     return {}
 
