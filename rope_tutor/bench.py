@@ -48,7 +48,7 @@ import torch
 
 from rope_tutor.fast import apply_rope_fast
 from rope_tutor.rope import RotaryEmbedding, apply_rope, rotate_half
-from rope_tutor.runtime import get_device
+from rope_tutor.runtime import cpu_model, get_device
 
 __all__ = [
     "COMPILED",
@@ -537,7 +537,7 @@ def _layer_phase(
 def machine_facts(device: torch.device) -> dict[str, Any]:
     """What the numbers depend on: CPU or GPU model, threads, versions, load average."""
     facts: dict[str, Any] = {
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "logical_cpus": os.cpu_count(),
         "torch": torch.__version__,
         "python": platform.python_version(),
@@ -574,16 +574,6 @@ def git_state(folder: Path | None = None) -> dict[str, Any]:
         return {"commit": None, "dirty": None}
     status = git("status", "--porcelain", "--", ".", ":(exclude,top)rope_tutor/results")
     return {"commit": commit.strip(), "dirty": None if status is None else bool(status.strip())}
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _version(distribution: str) -> str | None:

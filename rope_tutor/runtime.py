@@ -11,8 +11,10 @@ so that it prints the same numbers on every CPU and runs unchanged on a GPU.
 from __future__ import annotations
 
 import os
+import platform
 import random
 import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +27,17 @@ from rope_tutor import _checks
 #: the chapters' tensors are small, and on a busy machine two threads that wait for each other make
 #: small operations many times slower. Long runs (the lab, the benchmark) choose their own count.
 DEFAULT_THREADS = 1
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux), for the provenance of timed runs."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def get_device() -> torch.device:

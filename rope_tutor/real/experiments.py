@@ -20,7 +20,6 @@ the next call with the same settings skips them.
 from __future__ import annotations
 
 import json
-import platform
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -34,6 +33,7 @@ from rope_tutor import __version__
 from rope_tutor.real.model import gguf_path, sha256, token_nll, use_rope, window
 from rope_tutor.real.probes import build_prompt, score_prompt
 from rope_tutor.real.texts import read_text
+from rope_tutor.runtime import cpu_model
 
 __all__ = ["BOOK", "QUICK", "RealSettings", "scaling_for", "run_loss", "run_reach"]
 
@@ -107,16 +107,6 @@ def scaling_for(method: str, factor: float, window: int) -> dict[str, Any] | Non
     return table[method]
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def provenance(settings: RealSettings, command: str, **extra: Any) -> dict[str, Any]:
     """What produced the numbers: model file, settings, versions, device, threads, command."""
     import transformers
@@ -128,7 +118,7 @@ def provenance(settings: RealSettings, command: str, **extra: Any) -> dict[str, 
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "python": sys.version.split()[0],
-        "device": torch.cuda.get_device_name() if device == "cuda" else _cpu_name(),
+        "device": torch.cuda.get_device_name() if device == "cuda" else cpu_model(),
         "threads": torch.get_num_threads(),
         "model_file": path.name,
         "model_sha256": sha256(path),
