@@ -138,6 +138,14 @@ def _read(path: Path, same: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def _keep(out: Path, result: dict[str, Any], table: str, key: str, entry: dict[str, Any]) -> None:
+    """Add ``entry`` to ``result[table]``, total the wall times in the provenance, and save."""
+    result[table][key] = entry
+    total = sum(e["wall_s"] for e in result[table].values())
+    result["provenance"]["wall_s"] = round(total, 1)
+    _write(out, result)
+
+
 def _write(path: Path, payload: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -211,11 +219,7 @@ def run_loss(
             entry["first_bin"] = (length - settings.dynamic_piece) // settings.bin_size
             entry["bins"] = entry["bins"][entry["first_bin"] :]
         entry["wall_s"] = round(time.perf_counter() - start, 1)
-        result["passes"][key] = entry
-        result["provenance"]["wall_s"] = round(
-            sum(p["wall_s"] for p in result["passes"].values()), 1
-        )
-        _write(out, result)
+        _keep(out, result, "passes", key, entry)
     return result
 
 
@@ -258,7 +262,7 @@ def run_reach(
         prompt = build_prompt(tokenizer, length, depth, seed=seed)
         use_rope(model, scaling_for(method, factor, L))
         scores = score_prompt(model, prompt)
-        result["cells"][key] = {
+        entry = {
             "method": method,
             "factor": factor,
             "length": length,
@@ -268,8 +272,5 @@ def run_reach(
             **scores,
             "wall_s": round(time.perf_counter() - start, 1),
         }
-        result["provenance"]["wall_s"] = round(
-            sum(c["wall_s"] for c in result["cells"].values()), 1
-        )
-        _write(out, result)
+        _keep(out, result, "cells", key, entry)
     return result
