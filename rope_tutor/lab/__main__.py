@@ -1,15 +1,18 @@
 """Command line of the lab: ``python -m rope_tutor.lab all`` reproduces chapters 11-13.
 
-Subcommands ``train-short-test-long``, ``extend``, ``yarn-beta`` and ``passkey`` run one step
-each (modules ``short_long``, ``extend``, ``yarn_beta``, ``passkey``; every run ends with
-``summary``; ``extend`` and ``yarn-beta`` reuse the RoPE checkpoint of ``train-short-test-long``
-when it is present; ``yarn-beta`` is inference only, minutes on two cores);
-``arm --encoding rope`` re-trains and evaluates one arm of ``train-short-test-long`` into
-``<out>/arm_<encoding>.json`` (what ``tests/test_lab.py`` compares with the saved numbers);
-``needle-arm --encoding alibi`` trains one encoding on the needle task into
-``<out>/needle_<encoding>.json`` (``passkey`` runs it for every encoding of
-``passkey.OTHER_ENCODINGS`` after writing ``needle.json``);
-``--quick`` runs a tiny configuration (seconds) for smoke tests; ``--out`` picks the folder.
+``all`` runs, for each training seed (``--seeds``, default ``LabSettings.seeds``) into
+``<out>/seed_<n>/``, the steps ``train-short-test-long``, ``extend``, ``yarn-beta`` and ``passkey``
+(modules ``short_long``, ``extend``, ``yarn_beta``, ``passkey``; ``passkey`` also trains the
+encodings of ``passkey.OTHER_ENCODINGS`` at the seeds of ``other_needle_seeds``), then writes
+``<out>/summary.json`` (module ``summary``). Each step shows progress bars and is skipped when its
+files are already there with the same settings, seed and corpus: an interrupted run resumes where
+it stopped. A step named alone runs for every seed of ``--seeds``; ``extend`` and ``yarn-beta``
+reuse the seed's RoPE checkpoint of ``train-short-test-long`` when present. ``arm --encoding rope``
+re-trains and evaluates one arm of ``train-short-test-long`` into
+``<out>/seed_<n>/arm_<encoding>.json`` (what ``tests/test_lab.py`` compares with the saved
+numbers); ``needle-arm --encoding alibi`` trains one encoding on the needle task into
+``<out>/seed_<n>/needle_<encoding>.json``. ``--quick`` runs a tiny configuration (seconds) for
+smoke tests; ``--out`` picks the folder; wall times go to ``<out>/timings.json``.
 """
 
 from __future__ import annotations
@@ -20,17 +23,74 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+from rope_tutor.lab.data import Corpus
 from rope_tutor.lab.extend import extend_rope
 from rope_tutor.lab.model import ENCODINGS
 from rope_tutor.lab.passkey import OTHER_ENCODINGS, find_the_needle, needle_arm
-from rope_tutor.lab.settings import BOOK, DEFAULT_OUT_DIR, QUICK, load_corpus_for
+from rope_tutor.lab.records import seed_folder
+from rope_tutor.lab.settings import BOOK, DEFAULT_OUT_DIR, QUICK, LabSettings, load_corpus_for
 from rope_tutor.lab.short_long import run_arm, train_short_test_long
 from rope_tutor.lab.summary import write_summary
 from rope_tutor.lab.yarn_beta import yarn_beta
-from rope_tutor.runtime import DEFAULT_THREADS, seed_everything
+from rope_tutor.runtime import DEFAULT_THREADS, cpu_model, seed_everything
 
 COMMANDS = ("all", "train-short-test-long", "extend", "yarn-beta", "passkey", "arm", "needle-arm")
+
+#: The steps of ``all`` in order, each with the files it writes into a seed's folder.
+STEPS: dict[str, tuple[str, ...]] = {
+    "train-short-test-long": ("train_short_test_long.json", "rope.safetensors"),
+    "extend": ("extend_rope.json",),
+    "yarn-beta": ("yarn_beta.json",),
+    "passkey": ("needle.json",),
+}
+
+
+def _done(folder: Path, files: tuple[str, ...], expected: dict[str, Any]) -> bool:
+    """Whether every file of a step is in ``folder`` and its JSON's provenance has the
+    ``expected`` entries (settings name, seed, steps and, for the corpus steps, the corpus
+    checksum): a step interrupted, or run with other settings, is run again."""
+    for name in files:
+        path = folder / name
+        if not path.is_file():
+            return False
+        if name.endswith(".json"):
+            record = json.loads(path.read_text(encoding="utf-8"))["provenance"]
+            if any(record.get(key) != value for key, value in expected.items()):
+                return False
+    return True
+
+
+def _expected(step: str, settings: LabSettings, corpus: Corpus | None) -> dict[str, Any]:
+    if step in ("passkey", "needle-arm"):
+        return {
+            "settings": settings.name,
+            "seed": settings.needle_train.seed,
+            "steps": settings.needle_train.steps,
+        }
+    assert corpus is not None
+    return {
+        "settings": settings.name,
+        "seed": settings.pretrain.seed,
+        "steps": settings.pretrain.steps,
+        "train_sha256": corpus.train_sha256,
+    }
+
+
+def _run_step(
+    step: str, settings: LabSettings, corpus: Corpus | None, folder: Path, progress: bool
+) -> None:
+    if step == "train-short-test-long":
+        train_short_test_long(settings, corpus, folder, progress=progress)
+    elif step == "extend":
+        extend_rope(settings, corpus, folder, progress=progress)
+    elif step == "yarn-beta":
+        yarn_beta(settings, corpus, folder, progress=progress)
+    elif step == "passkey":
+        find_the_needle(settings, folder, progress=progress)
+    else:  # "needle-arm:<encoding>"
+        needle_arm(step.split(":", 1)[1], settings, folder, progress=progress)
 
 
 def _restart_with_passive_waiting() -> None:
@@ -45,11 +105,18 @@ def _restart_with_passive_waiting() -> None:
         os.execv(sys.executable, [sys.executable, "-m", "rope_tutor.lab", *sys.argv[1:]])
 
 
-def main(argv: list[str] | None = None) -> dict[str, float]:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m rope_tutor.lab", description=__doc__)
     parser.add_argument("command", choices=COMMANDS)
     parser.add_argument("--quick", action="store_true", help="tiny configuration, for tests")
     parser.add_argument("--out", type=Path, default=None, help=f"output folder ({DEFAULT_OUT_DIR})")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        help="training seeds to run (default: the settings' seeds, 0 1 2; --quick: 0 1)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     parser.add_argument(
         "--encoding", choices=ENCODINGS, default="rope", help="for 'arm' and 'needle-arm'"
@@ -63,53 +130,70 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     )
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else BOOK
+    seeds = tuple(args.seeds) if args.seeds is not None else settings.seeds
+    if any(seed < 0 for seed in seeds) or len(set(seeds)) != len(seeds):
+        parser.error(f"--seeds must be distinct non-negative integers, got {list(seeds)}")
     out_dir = args.out if args.out is not None else DEFAULT_OUT_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
     progress = not args.no_progress
     seed_everything(0, threads=args.threads)  # pins the thread count before any computation
 
-    timings = {}
     start = time.perf_counter()
-    corpus = None
-    if args.command in ("all", "train-short-test-long", "extend", "yarn-beta", "arm"):
-        corpus = load_corpus_for(settings)
-    if args.command == "arm":
-        run_arm(args.encoding, settings, corpus, out_dir, progress=progress)
-        print("wrote", out_dir / f"arm_{args.encoding}.json")
+    if args.command in ("arm", "needle-arm"):
+        for seed in seeds:
+            folder = out_dir / seed_folder(seed)
+            folder.mkdir(parents=True, exist_ok=True)
+            if args.command == "arm":
+                run_arm(
+                    args.encoding,
+                    settings.for_seed(seed),
+                    load_corpus_for(settings),
+                    folder,
+                    progress=progress,
+                )
+                print("wrote", folder / f"arm_{args.encoding}.json")
+            else:
+                needle_arm(args.encoding, settings.for_seed(seed), folder, progress=progress)
+                print("wrote", folder / f"needle_{args.encoding}.json")
         return {"total": time.perf_counter() - start}
-    if args.command == "needle-arm":
-        needle_arm(args.encoding, settings, out_dir, progress=progress)
-        print("wrote", out_dir / f"needle_{args.encoding}.json")
-        return {"total": time.perf_counter() - start}
-    if args.command in ("all", "train-short-test-long"):
-        train_short_test_long(settings, corpus, out_dir, progress=progress)
-        timings["train_short_test_long"] = time.perf_counter() - start
-    if args.command in ("all", "extend"):
-        t = time.perf_counter()
-        extend_rope(settings, corpus, out_dir, progress=progress)
-        timings["extend"] = time.perf_counter() - t
-    if args.command in ("all", "yarn-beta"):
-        t = time.perf_counter()
-        yarn_beta(settings, corpus, out_dir, progress=progress)
-        timings["yarn_beta"] = time.perf_counter() - t
-    if args.command in ("all", "passkey"):
-        t = time.perf_counter()
-        find_the_needle(settings, out_dir, progress=progress)
-        for encoding in OTHER_ENCODINGS:
-            needle_arm(encoding, settings, out_dir, progress=progress)
-        timings["passkey"] = time.perf_counter() - t
-    write_summary(out_dir)
-    timings["total"] = time.perf_counter() - start
 
-    # Wall time of each experiment on this machine (it varies: a budget record, not a result).
+    steps = list(STEPS) if args.command == "all" else [args.command]
+    jobs: list[tuple[int, str, tuple[str, ...]]] = []
+    for seed in seeds:
+        for step in steps:
+            jobs.append((seed, step, STEPS[step]))
+            if step == "passkey" and seed in settings.other_needle_seeds:
+                for encoding in OTHER_ENCODINGS:
+                    jobs.append((seed, f"needle-arm:{encoding}", (f"needle_{encoding}.json",)))
+    corpus = None
+    if any(not step.startswith(("passkey", "needle")) for _, step, _ in jobs):
+        corpus = load_corpus_for(settings)
+
     timings_file = out_dir / "timings.json"
-    record = json.loads(timings_file.read_text()) if timings_file.exists() else {}
-    record.update({f"{k}_seconds": round(v, 1) for k, v in timings.items() if k != "total"})
-    if args.command == "all":
-        record["all_seconds"] = round(timings["total"], 1)
-    timings_file.write_text(json.dumps(record, indent=1) + "\n")
-    print("wrote", out_dir, {k: f"{v:.0f} s" for k, v in timings.items()})
-    return timings
+    timings = json.loads(timings_file.read_text()) if timings_file.exists() else {}
+    for number, (seed, step, files) in enumerate(jobs, start=1):
+        run_settings = settings.for_seed(seed)
+        folder = out_dir / seed_folder(seed)
+        expected = _expected(step.split(":")[0], run_settings, corpus)
+        label = f"[{number}/{len(jobs)}] seed {seed}, {step}"
+        if _done(folder, files, expected):
+            print(f"{label}: done already, kept (delete {folder} to recompute)", flush=True)
+            continue
+        print(f"{label} ...", flush=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        t = time.perf_counter()
+        _run_step(step, run_settings, corpus, folder, progress)
+        seconds = round(time.perf_counter() - t, 1)
+        # Wall time of each step on this machine: a budget record, not a result.
+        timings.setdefault(seed_folder(seed), {})[f"{step}_seconds"] = seconds
+        timings["device"] = cpu_model()
+        timings["threads"] = args.threads
+        timings_file.write_text(json.dumps(timings, indent=1) + "\n")
+        print(f"{label}: {seconds:.0f} s", flush=True)
+    write_summary(out_dir)
+    total = time.perf_counter() - start
+    print("wrote", out_dir / "summary.json", f"({total:.0f} s)")
+    return {"total": total}
 
 
 if __name__ == "__main__":

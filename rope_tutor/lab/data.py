@@ -1,13 +1,14 @@
-"""Data for the lab: a byte corpus every reader already has, and a synthetic needle task.
+"""Data for the lab: a byte corpus identical on every machine, and a synthetic needle task.
 
 Part V. Nothing is downloaded and no third-party text is stored in the repository:
 
-- ``load_corpus`` reads the installed Python's standard-library source files (``*.py`` under
-  ``sysconfig.get_paths()["stdlib"]``, excluding ``site-packages``), sorted by relative path,
-  and concatenates their bytes up to a fixed budget. Files are split into training and
-  validation by a hash of their path (not by offset), so the two never share a file. The
-  SHA-256 of both splits is recorded: the standard library differs between Python versions,
-  so two readers get the same numbers only when the checksums match.
+- ``load_corpus`` reads the Python sources of one pinned pure-Python package of
+  ``requirements.txt``, ``CORPUS_PACKAGE`` (sympy 1.14.0; ``pip install "rope-tutor[lab]"``):
+  its ``*.py`` files outside ``tests`` folders, sorted by relative path, concatenated up to a
+  fixed budget. Files are split into training and validation by a hash of their path (not by
+  offset), so the two never share a file. The bytes are the same wherever that version is
+  installed, whatever the Python version or operating system; the SHA-256 of both splits is
+  recorded in every result file, and a different installed version is refused.
 - ``needle_batch`` builds the passkey-style retrieval task of chapter "Finding the needle" from a
   seeded generator (a documented deterministic generator, no text at all).
 """
@@ -15,8 +16,8 @@ Part V. Nothing is downloaded and no third-party text is stored in the repositor
 from __future__ import annotations
 
 import hashlib
-import sys
-import sysconfig
+import importlib.metadata
+import importlib.util
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from pathlib import Path
 import torch
 
 __all__ = [
+    "CORPUS_PACKAGE",
     "Corpus",
     "load_corpus",
     "training_batches",
@@ -35,6 +37,9 @@ __all__ = [
 #: Every 10th file (by CRC-32 of its relative path) goes to validation.
 VALIDATION_EVERY = 10
 
+#: The distribution whose sources are the corpus, and its pinned version (``requirements.txt``).
+CORPUS_PACKAGE: tuple[str, str] = ("sympy", "1.14.0")
+
 
 @dataclass(frozen=True)
 class Corpus:
@@ -45,13 +50,11 @@ class Corpus:
     train_sha256: str
     validation_sha256: str
     source: str
-    python_version: str
     num_files: int
 
     def provenance(self) -> dict[str, object]:
         return {
             "corpus": self.source,
-            "python_version": self.python_version,
             "corpus_files": self.num_files,
             "train_bytes": int(self.train.numel()),
             "validation_bytes": int(self.validation.numel()),
@@ -60,32 +63,59 @@ class Corpus:
         }
 
 
-def _stdlib_files(root: Path) -> list[Path]:
-    files = [p for p in root.rglob("*.py") if "site-packages" not in p.relative_to(root).parts]
+def _source_files(root: Path) -> list[Path]:
+    """``*.py`` files under ``root``, outside any ``tests`` folder, sorted by relative path."""
+    files = [p for p in root.rglob("*.py") if "tests" not in p.relative_to(root).parts]
     return sorted(files, key=lambda p: p.relative_to(root).as_posix())
+
+
+def corpus_root() -> Path:
+    """The installed ``CORPUS_PACKAGE``'s folder. Raises ``ModuleNotFoundError`` when it is not
+    installed and ``RuntimeError`` when another version is (its bytes would differ)."""
+    package, version = CORPUS_PACKAGE
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError(
+            f"the lab's corpus is the source of {package}=={version}: "
+            f'pip install "rope-tutor[lab]" (or {package}=={version})'
+        )
+    installed = importlib.metadata.version(package)
+    if installed != version:
+        raise RuntimeError(
+            f"the lab's corpus is the source of {package}=={version}, but {package}=={installed} "
+            f"is installed, whose bytes differ: pip install {package}=={version}"
+        )
+    return Path(spec.origin).parent
 
 
 def load_corpus(
     train_bytes: int = 4_000_000, validation_bytes: int = 400_000, root: str | Path | None = None
 ) -> Corpus:
-    """Read the standard-library sources into ``train_bytes`` + ``validation_bytes`` bytes.
+    """Read the corpus sources into ``train_bytes`` + ``validation_bytes`` bytes.
 
-    Files are taken in sorted order of their relative path; a file goes to validation when the
-    CRC-32 of its path is divisible by 10; each split stops when its budget is full (the last
-    file is truncated). Raises ``ValueError`` for a non-positive budget and ``RuntimeError`` when
-    the sources are too small to fill it.
+    ``root`` defaults to ``corpus_root()`` (the pinned sympy); another folder of ``*.py`` files
+    is read the same way (the tests use one). Files are taken in sorted order of their relative
+    path; a file goes to validation when the CRC-32 of its path is divisible by 10; each split
+    stops when its budget is full (the last file is truncated). Raises ``ValueError`` for a
+    non-positive budget and ``RuntimeError`` when the sources are too small to fill it.
     """
     if train_bytes < 1 or validation_bytes < 1:
         raise ValueError(
             f"budgets must be positive, got train_bytes={train_bytes}, "
             f"validation_bytes={validation_bytes}"
         )
-    root = Path(root if root is not None else sysconfig.get_paths()["stdlib"])
+    if root is None:
+        root = corpus_root()
+        package, version = CORPUS_PACKAGE
+        source = f"{package}=={version} *.py sources outside tests/, sorted by path"
+    else:
+        root = Path(root)
+        source = f"*.py sources under {root.name}/ outside tests/, sorted by path"
     budgets = {"train": train_bytes, "validation": validation_bytes}
     parts: dict[str, list[bytes]] = {"train": [], "validation": []}
     filled = {"train": 0, "validation": 0}
     num_files = 0
-    for path in _stdlib_files(root):
+    for path in _source_files(root):
         relative = path.relative_to(root).as_posix()
         split = "validation" if zlib.crc32(relative.encode()) % VALIDATION_EVERY == 0 else "train"
         room = budgets[split] - filled[split]
@@ -105,8 +135,7 @@ def load_corpus(
         validation=torch.frombuffer(bytearray(joined["validation"]), dtype=torch.uint8),
         train_sha256=hashlib.sha256(joined["train"]).hexdigest(),
         validation_sha256=hashlib.sha256(joined["validation"]).hexdigest(),
-        source="Python standard-library *.py sources, sorted by path",
-        python_version=sys.version.split()[0],
+        source=source,
         num_files=num_files,
     )
 

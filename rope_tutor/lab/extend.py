@@ -6,7 +6,9 @@ Part V. ``extend_rope`` takes the RoPE arm of step 1 (``rope.safetensors``, trai
 - the inference-time methods of ``extension_methods`` (PI, NTK-aware, dynamic NTK, YaRN, as
   the ``rope_scaling`` dicts that ``rope_tutor.scaling`` reads) at every multiple of T;
 - the attention-temperature sweep of YaRN: logit multipliers around YaRN's own (0.1 ln s + 1)^2;
-- short fine-tunes at ``extend_factor * T``: plain RoPE, PI and YaRN.
+- short fine-tunes at ``extend_factor * T``: plain RoPE, PI, NTK-aware and YaRN;
+- a longer PI fine-tune scored after each of ``pi_curve_steps`` steps (loss against steps, in the
+  manner of Table 3 of Chen et al., 2023).
 
 It writes ``extend_rope.json``. ``rope_tutor.lab.yarn_beta`` adds YaRN's beta arms and the
 length-matched factors (``yarn_beta.json``) on the same checkpoint.
@@ -15,8 +17,11 @@ length-matched factors (``yarn_beta.json``) on the same checkpoint.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from rope_tutor.lab.data import Corpus, fixed_target_windows
 from rope_tutor.lab.evaluate import fixed_target_losses
@@ -134,12 +139,13 @@ def _finetuned(
     progress: bool,
 ) -> dict[str, Any]:
     """Copies of ``model`` fine-tuned at ``extend_factor * T`` (``settings.finetune``) with
-    plain RoPE, PI and YaRN in place, each evaluated as in step 1."""
+    plain RoPE, PI, NTK-aware and YaRN (paper's beta) in place, each evaluated as in step 1."""
     length = int(settings.extend_factor * settings.context)
     finetuned = {}
     tune_arms = {
         "finetune_plain": None,
         "finetune_pi": methods["pi"],
+        "finetune_ntk": methods["ntk"],
         "finetune_yarn": methods["yarn_paper_beta"],
     }
     for name, scaling in tune_arms.items():
@@ -158,6 +164,48 @@ def _finetuned(
     return finetuned
 
 
+def _pi_curve(
+    model: TinyLM, settings: LabSettings, corpus: Corpus, *, progress: bool
+) -> dict[str, Any]:
+    """A copy of ``model`` fine-tuned with PI at ``extend_factor * T`` for
+    ``max(pi_curve_steps)`` steps (``settings.finetune`` otherwise: batch, peak rate, warm-up,
+    cosine decay over the whole run), its fixed-target loss scored at every multiple after each
+    of ``pi_curve_steps`` steps. One run, evaluated along the way, as in PI's Table 3."""
+    length = int(settings.extend_factor * settings.context)
+    steps = max(settings.pi_curve_steps)
+    config = replace(settings.finetune, steps=steps)
+    windows = fixed_target_windows(
+        corpus.validation,
+        settings.eval_windows,
+        settings.multiples[-1] * settings.context,
+        settings.eval_seed,
+    )
+    contexts = [m * settings.context for m in settings.multiples]
+    curve: dict[str, Any] = {}
+
+    def checkpoint(steps_done: int, tuned: torch.nn.Module) -> None:
+        if steps_done in settings.pi_curve_steps:
+            losses = fixed_target_losses(tuned, windows, contexts, settings.context)
+            curve[str(steps_done)] = {
+                str(c // settings.context): rounded(mean) for c, (mean, _) in losses.items()
+            }
+
+    fitted = fit(
+        model,
+        language_model_batches(corpus, length),
+        config,
+        scaling=extension_methods(settings)["pi"],
+        description="pi-curve",
+        progress=progress,
+        checkpoint=checkpoint,
+    )
+    return {
+        "finetune": config.to_dict(),
+        "train_seconds": round(fitted.seconds, 1),
+        "fixed_target": curve,
+    }
+
+
 def extend_rope(
     settings: LabSettings, corpus: Corpus, out_dir: Path, *, progress: bool = True
 ) -> dict[str, Any]:
@@ -167,6 +215,7 @@ def extend_rope(
     inference, sanity = _inference(base_model, methods, settings, corpus)
     temperature = _temperature(base_model, methods["yarn_paper_beta"], settings, corpus)
     finetuned = _finetuned(base_model, methods, settings, corpus, progress=progress)
+    pi_curve = _pi_curve(base_model, settings, corpus, progress=progress)
     s = settings.extend_factor
     payload = {
         "experiment": "extending a trained RoPE model",
@@ -177,6 +226,9 @@ def extend_rope(
             "fixed_target": "as in train_short_test_long.json (same windows)",
             "finetune": f"{settings.finetune.steps} steps at {int(s * settings.context)} bytes, "
             f"batch {settings.finetune.batch_size}, peak lr {settings.finetune.lr}",
+            "pi_curve": f"PI fine-tuned {max(settings.pi_curve_steps)} steps at "
+            f"{int(s * settings.context)} bytes (cosine over the whole run), fixed-target loss "
+            f"after {list(settings.pi_curve_steps)} steps",
         },
         "provenance": provenance(
             settings,
@@ -190,6 +242,7 @@ def extend_rope(
         "inference": inference,
         "temperature": temperature,
         "finetuned": finetuned,
+        "pi_curve": pi_curve,
     }
     write_result(out_dir / "extend_rope.json", payload)
     return payload

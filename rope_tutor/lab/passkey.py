@@ -38,6 +38,11 @@ __all__ = [
 #: An arm's length sweep is reported only when its in-window exact match reaches this.
 LEARNED_THRESHOLD = 0.95
 
+#: The methods of ``extension_methods`` the retrieval model is also fine-tuned with ("rope":
+#: plain RoPE fine-tuned at the longer length); arm names ``rope+<name>_finetuned``, plain is
+#: ``rope+plain_finetuned``.
+FINETUNED: tuple[str, ...] = ("rope", "pi", "ntk", "yarn_paper_beta")
+
 #: Encodings that ``passkey`` (hence ``all``) also trains on the needle task, each with the
 #: recipe of the RoPE arm and into its own file ``needle_<encoding>.json``.
 OTHER_ENCODINGS: tuple[str, ...] = ("alibi",)
@@ -98,8 +103,9 @@ def _needle_sweep(model: TinyLM, settings: LabSettings) -> dict[str, Any]:
 
 
 def _extended_arms(model: TinyLM, settings: LabSettings, *, progress: bool) -> dict[str, Any]:
-    """The trained RoPE retrieval model with each method of step 2 swapped in, and a copy
-    fine-tuned with PI at ``extend_factor * T`` (``settings.needle_finetune``)."""
+    """The trained RoPE retrieval model with each method of step 2 swapped in, and copies
+    fine-tuned at ``extend_factor * T`` (``settings.needle_finetune``) with plain RoPE, PI,
+    NTK-aware and YaRN (paper's beta) in place, as the language model of step 2 is."""
     arms: dict[str, Any] = {}
     methods = extension_methods(settings)
     for name, scaling in methods.items():
@@ -109,19 +115,21 @@ def _extended_arms(model: TinyLM, settings: LabSettings, *, progress: bool) -> d
         arms[f"rope+{name}"] = {"scaling": scaling, "sweep": _needle_sweep(model, settings)}
     model.set_rope_scaling(None)
     length = int(settings.extend_factor * settings.context)
-    fitted = fit(
-        model,
-        needle_batches(settings, length),
-        settings.needle_finetune,
-        scaling=methods["pi"],
-        description="needle-rope+pi-finetune",
-        progress=progress,
-    )
-    arms["rope+pi_finetuned"] = {
-        "scaling": methods["pi"],
-        "train_seconds": round(fitted.seconds, 1),
-        "sweep": _needle_sweep(fitted.model, settings),
-    }
+    for name in FINETUNED:
+        scaling = methods[name]
+        fitted = fit(
+            model,
+            needle_batches(settings, length),
+            settings.needle_finetune,
+            scaling=scaling,
+            description=f"needle-{name}-finetune",
+            progress=progress,
+        )
+        arms[f"{'rope+plain' if name == 'rope' else 'rope+' + name}_finetuned"] = {
+            "scaling": scaling,
+            "train_seconds": round(fitted.seconds, 1),
+            "sweep": _needle_sweep(fitted.model, settings),
+        }
     return arms
 
 
@@ -172,8 +180,8 @@ def _protocol(settings: LabSettings) -> dict[str, Any]:
         "multiples": list(settings.needle_multiples),
         "threshold": "length sweep reported only when in-window exact match >= "
         f"{LEARNED_THRESHOLD}",
-        "finetune": f"PI (factor {settings.extend_factor}) "
-        f"{settings.needle_finetune.steps} steps at "
+        "finetune": f"plain, PI, NTK-aware and YaRN (factor {settings.extend_factor}) "
+        f"{settings.needle_finetune.steps} steps each at "
         f"{int(settings.extend_factor * settings.context)} bytes",
     }
 

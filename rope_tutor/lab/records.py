@@ -18,9 +18,10 @@ import torch
 from rope_tutor import __version__
 from rope_tutor.lab.data import Corpus
 from rope_tutor.lab.settings import LabSettings
+from rope_tutor.results import RESULTS_DIR
 from rope_tutor.results import load as load_saved
 
-__all__ = ["load_results", "provenance", "rounded", "write_result"]
+__all__ = ["load_results", "load_seeds", "provenance", "rounded", "seed_folder", "write_result"]
 
 
 def provenance(
@@ -41,6 +42,7 @@ def provenance(
         "machine": platform.machine(),
         "threads": torch.get_num_threads(),
         "settings": settings.name,
+        "run_seed": settings.run_seed,
         "command": f"python -m rope_tutor.lab {command}",
     }
     if corpus is not None:
@@ -76,3 +78,31 @@ def load_results(name: str, data_dir: Path | None = None) -> dict[str, Any]:
             f"{path} not found: write it with `python -m rope_tutor.lab all --out {data_dir}`"
         )
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def seed_folder(run_seed: int) -> str:
+    """The sub-folder of a run's output that holds training seed ``run_seed``: ``seed_<n>``."""
+    return f"seed_{run_seed}"
+
+
+def load_seeds(name: str, data_dir: Path | None = None) -> dict[int, dict[str, Any]]:
+    """The result file ``name`` of every training seed, ``{seed: dict}`` in seed order.
+
+    Reads ``seed_<n>/<name>`` of the package's saved results (``data_dir=None``) or of a run's
+    folder, for every ``n`` present. Raises ``FileNotFoundError`` when no seed has the file.
+    """
+    if data_dir is None:
+        folder = RESULTS_DIR / "lab"
+    else:
+        folder = Path(data_dir)
+    seeds = sorted(
+        int(p.parent.name.removeprefix("seed_"))
+        for p in folder.glob(f"seed_*/{name}")
+        if p.parent.name.removeprefix("seed_").isdigit()
+    )
+    if not seeds:
+        raise FileNotFoundError(
+            f"no seed_<n>/{name} in {folder}: write it with "
+            f"`python -m rope_tutor.lab all --out {folder}`"
+        )
+    return {seed: load_results(f"{seed_folder(seed)}/{name}", data_dir) for seed in seeds}

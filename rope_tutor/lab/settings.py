@@ -15,7 +15,10 @@ from rope_tutor.lab.model import ModelConfig
 from rope_tutor.lab.train import TrainConfig
 from rope_tutor.results import RESULTS_DIR
 
-__all__ = ["BOOK", "DEFAULT_OUT_DIR", "QUICK", "LabSettings", "load_corpus_for"]
+__all__ = ["BOOK", "DEFAULT_OUT_DIR", "QUICK", "SEED_STRIDE", "LabSettings", "load_corpus_for"]
+
+#: Run seed r trains with each ``TrainConfig``'s seed + ``SEED_STRIDE * r``.
+SEED_STRIDE = 100
 
 #: Where the lab writes its results by default: package data, so the chapters find them wherever
 #: the package is installed (``rope_tutor.results.load("lab/…")``).
@@ -30,6 +33,11 @@ class LabSettings:
     units of T. ``pretrain`` trains the language models of "Train short, test long",
     ``finetune`` their fine-tunes at ``extend_factor * T`` ("Extending a trained RoPE model"),
     ``needle_train`` and ``needle_finetune`` the retrieval models of "Finding the needle".
+    ``pi_curve_steps`` are the checkpoints of the longer PI fine-tune evaluated against steps.
+    ``seeds`` are the training seeds ``python -m rope_tutor.lab all`` runs (``for_seed``; each
+    into ``seed_<n>/`` of the output folder); ``other_needle_seeds`` those at which the
+    encodings of ``passkey.OTHER_ENCODINGS`` are trained on the needle task too.
+    ``run_seed`` is the seed these settings are for.
     """
 
     name: str = "book"
@@ -78,6 +86,24 @@ class LabSettings:
             steps=60, batch_size=8, lr=6e-4, warmup_steps=10, seed=1
         )
     )
+    pi_curve_steps: tuple[int, ...] = (0, 25, 50, 100, 200, 400)
+    seeds: tuple[int, ...] = (0, 1, 2)
+    other_needle_seeds: tuple[int, ...] = (0,)
+    run_seed: int = 0
+
+    def for_seed(self, run_seed: int) -> LabSettings:
+        """These settings for training seed ``run_seed``: every ``TrainConfig``'s seed plus
+        ``SEED_STRIDE * run_seed`` (run seed 0 keeps them). Evaluation samples (``eval_seed``) do
+        not change, so every run seed is scored on the same windows and needles and differences
+        between arms can be paired seed by seed. Raises ``ValueError`` for a negative seed."""
+        if run_seed < 0:
+            raise ValueError(f"run_seed must be >= 0, got run_seed={run_seed}")
+        shift = SEED_STRIDE * (run_seed - self.run_seed)
+        configs = {
+            name: replace(getattr(self, name), seed=getattr(self, name).seed + shift)
+            for name in ("pretrain", "finetune", "needle_train", "needle_finetune")
+        }
+        return replace(self, run_seed=run_seed, **configs)
 
     def model_config(self, encoding: str) -> ModelConfig:
         """The lab's model with position encoding ``encoding``: ``num_layers`` deep, trained
@@ -106,9 +132,12 @@ QUICK = replace(
     needle_multiples=(1, 2),
     needle_samples=8,
     needle_finetune=TrainConfig(steps=3, batch_size=2, lr=6e-4, warmup_steps=1, seed=1),
+    pi_curve_steps=(0, 2, 4),
+    seeds=(0, 1),
 )
 
 
 def load_corpus_for(settings: LabSettings) -> Corpus:
-    """The byte corpus of ``settings``: ``train_bytes`` + ``validation_bytes`` of stdlib source."""
+    """The byte corpus of ``settings``: ``train_bytes`` + ``validation_bytes`` of the corpus sources
+    (``rope_tutor.lab.data.load_corpus``)."""
     return load_corpus(settings.train_bytes, settings.validation_bytes)

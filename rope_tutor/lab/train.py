@@ -22,11 +22,14 @@ from tqdm import tqdm
 from rope_tutor.lab.model import ModelConfig, TinyLM
 from rope_tutor.runtime import seed_everything
 
-__all__ = ["BatchFactory", "Fitted", "TrainConfig", "fit", "learning_rate", "train"]
+__all__ = ["BatchFactory", "Checkpoint", "Fitted", "TrainConfig", "fit", "learning_rate", "train"]
 
 #: ``step -> (inputs, targets, weights)``: int64 ``(batch, seq)`` inputs and targets, and either
 #: ``None`` (every target counts) or float ``(batch, seq)`` weights of each target in the loss.
 BatchFunction = Callable[[int], tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]
+
+#: ``(steps_done, model) -> None``: what ``train`` calls at every step count, 0 included.
+Checkpoint = Callable[[int, torch.nn.Module], None]
 
 
 @dataclass(frozen=True)
@@ -65,11 +68,15 @@ def train(
     *,
     description: str = "train",
     progress: bool = True,
+    checkpoint: Checkpoint | None = None,
 ) -> list[float]:
     """Train ``model`` in place for ``config.steps`` steps; return the loss of every step.
 
     Weight decay applies to matrices only (not to LayerNorm gains or biases). The loss is the
     mean cross-entropy over targets, weighted by ``weights`` when ``batch_fn`` gives them.
+    ``checkpoint(steps_done, model)`` is called before the first step (0) and after every step,
+    with the model in eval mode; it must not change the model (the loss curve of PI's
+    fine-tuning in chapter "Extending a trained RoPE model" evaluates with it).
     """
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -81,6 +88,14 @@ def train(
         lr=config.lr,
         betas=config.betas,
     )
+
+    def visit(steps_done: int) -> None:
+        if checkpoint is not None:
+            model.eval()
+            checkpoint(steps_done, model)
+            model.train()
+
+    visit(0)
     model.train()
     losses = []
     bar = tqdm(range(config.steps), desc=description, disable=not progress, mininterval=2.0)
@@ -100,6 +115,7 @@ def train(
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
         optimizer.step()
         losses.append(loss.item())
+        visit(step + 1)
         if step % 20 == 0:
             bar.set_postfix(loss=f"{losses[-1]:.3f}")
     model.eval()
@@ -131,6 +147,7 @@ def fit(
     scaling: Mapping[str, Any] | None = None,
     description: str = "train",
     progress: bool = True,
+    checkpoint: Checkpoint | None = None,
 ) -> Fitted:
     """Seed, build, time, train: the one training routine of every step of the lab.
 
@@ -140,7 +157,8 @@ def fit(
     and draws the batches (``batches(config)`` with ``config.seed = seed``); the thread count
     is left as the caller pinned it (reductions, hence the last bits, depend on it).
     ``scaling`` is the Hugging Face style ``rope_scaling`` the model trains with (``None``:
-    plain RoPE; it must be ``None`` for an encoding other than RoPE).
+    plain RoPE; it must be ``None`` for an encoding other than RoPE). ``checkpoint`` is passed
+    to ``train`` (its time counts in ``seconds``).
     """
     if seed is not None:
         config = replace(config, seed=seed)
@@ -155,5 +173,7 @@ def fit(
     model.set_rope_scaling(scaling)
     batch_fn = batches(config)
     start = time.perf_counter()
-    losses = train(model, batch_fn, config, description=description, progress=progress)
+    losses = train(
+        model, batch_fn, config, description=description, progress=progress, checkpoint=checkpoint
+    )
     return Fitted(model, losses, time.perf_counter() - start, config.seed)
