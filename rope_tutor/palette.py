@@ -7,7 +7,7 @@ legend name from chapter to chapter, and no code name (``yarn_paper_beta``) reac
 
 Colours: the eight of Okabe and Ito's colour-blind-safe palette for the arms that meet most often
 (the plain RoPE baseline is black), then Paul Tol's "muted" colours and a dark grey for the rest.
-The fifteen colours all differ; the one shared colour is YaRN's, between ``"yarn"`` and
+The sixteen colours all differ; the one shared colour is YaRN's, between ``"yarn"`` and
 ``"yarn_paper_beta"`` (the same method), so any set of arms drawn together gets distinct colours.
 
 Keys are matched as the package writes them: Hugging Face's ``rope_type`` names (``"linear"``,
@@ -41,6 +41,7 @@ ARMS: MappingProxyType[str, tuple[str, str]] = MappingProxyType(
         # Fine-tuned arms of the labs
         "finetune_plain": ("RoPE, fine-tuned without scaling", "#666666"),
         "finetune_pi": ("PI, fine-tuned", "#CC6677"),
+        "finetune_ntk": ("NTK-aware, fine-tuned", "#88CCEE"),
         "finetune_yarn": ("YaRN, fine-tuned", "#AA4499"),
     }
 )
@@ -52,6 +53,9 @@ _ALIASES = {
     "linear": "pi",
     "dynamic": "dynamic_ntk",
     "pi_finetuned": "finetune_pi",
+    "plain_finetuned": "finetune_plain",
+    "ntk_finetuned": "finetune_ntk",
+    "yarn_paper_beta_finetuned": "finetune_yarn",
 }
 
 

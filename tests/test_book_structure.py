@@ -83,9 +83,7 @@ def test_every_published_address_still_opens() -> None:
     pages = {name.rsplit(".", 1)[0] for name in toc_files()}
     moved = redirects()
     broken = [
-        name
-        for name in published_pages()
-        if name not in pages and moved.get(name) not in pages
+        name for name in published_pages() if name not in pages and moved.get(name) not in pages
     ]
     assert not broken, (
         f"published addresses that are no longer pages: {broken}; keep the file name, or add "
@@ -101,7 +99,9 @@ def test_every_published_address_has_a_page_in_the_site(built_site: Path) -> Non
 
 # --- the release the chapters install -----------------------------------------------------------
 
-INSTALL = re.compile(r"%pip install -q \"rope-tutor @ git\+https://github\.com/rope-tutor/rope-tutor@v([^\"]+)\"")
+INSTALL = re.compile(
+    r"%pip install -q \"rope-tutor @ git\+https://github\.com/rope-tutor/rope-tutor@v([^\"]+)\""
+)
 
 
 @pytest.mark.parametrize("notebook", toc_notebooks())

@@ -1,14 +1,16 @@
 """Tests of Part V, the lab (rope_tutor.lab): model, data, training schedule, evaluation, command.
 
 The slow test re-trains one arm of "Train short, test long" at the book's configuration and
-compares it with the numbers saved in rope_tutor/results/lab/.
+compares it with the numbers saved in rope_tutor/results/lab/seed_1/.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +19,7 @@ import pytest
 import torch
 
 import rope_tutor as rt
+from rope_tutor import lab
 from rope_tutor.lab.data import fixed_target_windows, load_corpus, needle_batch, training_batches
 from rope_tutor.lab.evaluate import (
     chunked_loss,
@@ -26,7 +29,8 @@ from rope_tutor.lab.evaluate import (
 )
 from rope_tutor.lab.extend import extension_methods
 from rope_tutor.lab.model import ENCODINGS, ModelConfig, TinyLM, load_checkpoint, save_checkpoint
-from rope_tutor.lab.settings import BOOK
+from rope_tutor.lab.settings import BOOK, QUICK, SEED_STRIDE, load_corpus_for
+from rope_tutor.lab.summary import write_summary
 from rope_tutor.lab.train import TrainConfig, fit, learning_rate, train
 from rope_tutor.results import RESULTS_DIR
 
@@ -182,8 +186,8 @@ def test_corpus_is_sorted_split_by_file_and_checksummed(tmp_path: Path) -> None:
 
     for i in range(40):
         (tmp_path / f"m{i:02d}.py").write_text(f"x{i} = {i}\n" * 5)
-    (tmp_path / "site-packages").mkdir()
-    (tmp_path / "site-packages" / "zz.py").write_text("never read\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "zz.py").write_text("never read\n")
     corpus = load_corpus(300, 60, root=tmp_path)
     files = sorted(tmp_path.glob("m*.py"))
     validation = [f for f in files if zlib.crc32(f.name.encode()) % 10 == 0]
@@ -412,39 +416,117 @@ def run_lab(*args: str, timeout: int) -> None:
 
 
 def test_saved_results_carry_provenance_and_sanity_checks() -> None:
+    corpus = load_corpus_for(BOOK)  # the pinned sympy: the same bytes on every machine
+    seeds = lab.load_seeds("train_short_test_long.json")
+    assert list(seeds) == list(BOOK.seeds)
+    for seed, data in seeds.items():
+        prov = data["provenance"]
+        for key in ("rope_tutor", "torch", "threads", "train_sha256", "seed", "steps"):
+            assert key in prov
+        assert prov["threads"] == 2
+        assert prov["run_seed"] == seed
+        assert prov["seed"] == BOOK.for_seed(seed).pretrain.seed
+        assert prov["train_sha256"] == corpus.train_sha256
+        assert prov["validation_sha256"] == corpus.validation_sha256
+        assert data["arms"]["learned"]["fixed_target"]["2"] is None  # no table row past T
+    for seed, extend in lab.load_seeds("extend_rope.json").items():
+        assert extend["sanity"]["pi_factor_1_equals_rope"] is True
+        # step 0 of the PI curve is the model before fine-tuning, PI at inference
+        pi = extend["inference"]["pi"]["fixed_target"]
+        assert extend["pi_curve"]["0"] == {m: v["mean"] for m, v in pi.items()}, seed
+    for needle in lab.load_seeds("needle.json").values():
+        for arm in needle["arms"].values():
+            if "in_window" in arm:  # a length sweep is only reported once retrieval is learned
+                assert ("sweep" in arm) == (arm["in_window"]["exact_match"] >= 0.95)
+
+
+def test_saved_summary_is_what_the_summary_step_writes(tmp_path: Path) -> None:
+    """``summary.json`` is re-derived from the saved seed files by the code, and its intervals
+    and paired differences are re-computed here by hand (Student t, closed form for n = 3)."""
+    shutil.copytree(DATA, tmp_path / "lab")
+    (tmp_path / "lab" / "summary.json").unlink()
+    assert write_summary(tmp_path / "lab") == json.loads((DATA / "summary.json").read_text())
     summary = json.loads((DATA / "summary.json").read_text())
-    for key in ("rope_tutor", "torch", "threads", "train_sha256", "seed", "steps"):
-        assert key in summary["provenance"]
-    assert summary["provenance"]["threads"] == 2
-    assert summary["arms"]["learned"]["2"] is None  # a learned table cannot run past T
-    extend = json.loads((DATA / "extend_rope.json").read_text())
-    assert extend["sanity"]["pi_factor_1_equals_rope"] is True
-    needle = json.loads((DATA / "needle.json").read_text())
-    for arm in needle["arms"].values():
-        if "in_window" in arm:  # a length sweep is only reported once retrieval is learned
-            assert ("sweep" in arm) == (arm["in_window"]["exact_match"] >= 0.95)
+    assert summary["seeds"] == list(BOOK.seeds)
+    for seed in BOOK.seeds:  # every file summarised is named with its checksum and provenance
+        for name in ("train_short_test_long.json", "extend_rope.json", "needle.json"):
+            entry = summary["runs"][f"seed_{seed}"][name]
+            digest = hashlib.sha256((DATA / f"seed_{seed}" / name).read_bytes()).hexdigest()
+            assert entry["sha256"] == digest
+            assert entry["provenance"]["run_seed"] == seed
+    t2 = 0.95 / math.sqrt(2 * 0.975 * 0.025)  # Student t, 2 degrees of freedom, 97.5%
+    files = lab.load_seeds("train_short_test_long.json")
+    for arm in ("alibi", "sinusoidal", "none"):
+        for m in ("1", "4", "16"):
+            a = [files[s]["arms"][arm]["fixed_target"][m]["mean"] for s in BOOK.seeds]
+            b = [files[s]["arms"]["rope"]["fixed_target"][m]["mean"] for s in BOOK.seeds]
+            d = [x - y for x, y in zip(a, b, strict=True)]
+            mean = sum(d) / 3
+            half = t2 * math.sqrt(sum((x - mean) ** 2 for x in d) / 2) / math.sqrt(3)
+            entry = summary["versus_rope"]["language_model"][arm][m]
+            assert entry["mean"] == pytest.approx(mean, abs=1e-5)
+            assert entry["high"] - entry["low"] == pytest.approx(2 * half, abs=2e-5)
+            tie = entry["low"] <= 0 <= entry["high"]
+            assert (entry["verdict"] == "tie") == tie
 
 
 @pytest.mark.slow
-def test_quick_configuration_runs_every_experiment(tmp_path: Path) -> None:
+def test_quick_configuration_runs_every_experiment_and_resumes(tmp_path: Path) -> None:
     run_lab("all", "--quick", "--threads", "2", "--out", str(tmp_path), timeout=600)
-    names = {p.name for p in tmp_path.iterdir()}
-    assert {"train_short_test_long.json", "extend_rope.json", "needle.json"} <= names
-    assert "yarn_beta.json" in names
-    assert {"summary.json", "rope.safetensors"} <= names
-    extend = json.loads((tmp_path / "extend_rope.json").read_text())
-    assert extend["sanity"]["pi_factor_1_equals_rope"] is True
-    for name, subcommand in WRITTEN_BY.items():  # provenance names the reproducing subcommand
-        written = json.loads((tmp_path / name).read_text())["provenance"]["command"]
-        assert written == f"python -m rope_tutor.lab {subcommand}", (name, written)
-        threads = json.loads((tmp_path / name).read_text())["provenance"]["threads"]
-        assert threads == 2, (name, threads)  # --threads holds for the whole run
+    assert {p.name for p in tmp_path.iterdir()} == {
+        "seed_0",
+        "seed_1",
+        "summary.json",
+        "timings.json",
+    }
+    for seed in QUICK.seeds:
+        folder = tmp_path / f"seed_{seed}"
+        names = {p.name for p in folder.iterdir()}
+        expected = {
+            "train_short_test_long.json",
+            "extend_rope.json",
+            "yarn_beta.json",
+            "needle.json",
+            "rope.safetensors",
+        }
+        if seed in QUICK.other_needle_seeds:
+            expected |= {"needle_alibi.json"}
+        assert names == expected, seed
+        extend = json.loads((folder / "extend_rope.json").read_text())
+        assert extend["sanity"]["pi_factor_1_equals_rope"] is True
+        assert list(extend["pi_curve"]["fixed_target"]) == [str(k) for k in QUICK.pi_curve_steps]
+        assert set(extend["finetuned"]) == {
+            "finetune_plain",
+            "finetune_pi",
+            "finetune_ntk",
+            "finetune_yarn",
+        }
+        for name in names - {"rope.safetensors"}:
+            prov = json.loads((folder / name).read_text())["provenance"]
+            assert prov["command"] == f"python -m rope_tutor.lab {WRITTEN_BY[name]}", name
+            assert prov["threads"] == 2, name  # --threads holds for the whole run
+            assert prov["run_seed"] == seed, name
+        train = json.loads((folder / "train_short_test_long.json").read_text())["provenance"]
+        assert train["seed"] == QUICK.for_seed(seed).pretrain.seed
+    first = json.loads((tmp_path / "seed_0" / "train_short_test_long.json").read_text())
+    second = json.loads((tmp_path / "seed_1" / "train_short_test_long.json").read_text())
+    assert first["arms"]["rope"]["train_loss"] != second["arms"]["rope"]["train_loss"]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert set(summary["runs"]) == {"seed_0", "seed_1"}
+
+    # Resume: a second run keeps every finished file; a deleted one is the only step re-run.
+    stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("seed_*/*")}
+    (tmp_path / "seed_1" / "yarn_beta.json").unlink()
+    run_lab("all", "--quick", "--threads", "2", "--out", str(tmp_path), timeout=600)
+    for path, stamp in stamps.items():
+        if path.name != "yarn_beta.json" or path.parent.name != "seed_1":
+            assert path.stat().st_mtime_ns == stamp, path
+    assert (tmp_path / "seed_1" / "yarn_beta.json").is_file()
 
 
 #: The subcommand that writes each saved file (``all`` runs every one of them).
 WRITTEN_BY = {
     "train_short_test_long.json": "train-short-test-long",
-    "summary.json": "train-short-test-long",
     "extend_rope.json": "extend",
     "yarn_beta.json": "yarn-beta",
     "needle.json": "passkey",
@@ -453,9 +535,31 @@ WRITTEN_BY = {
 
 
 def test_saved_results_name_the_subcommand_that_reproduces_them() -> None:
-    for name, subcommand in WRITTEN_BY.items():
-        saved = json.loads((DATA / name).read_text())["provenance"]["command"]
-        assert saved == f"python -m rope_tutor.lab {subcommand}", (name, saved)
+    for seed in BOOK.seeds:
+        for name, subcommand in WRITTEN_BY.items():
+            if name == "needle_alibi.json" and seed not in BOOK.other_needle_seeds:
+                continue
+            saved = json.loads((DATA / f"seed_{seed}" / name).read_text())["provenance"]
+            assert saved["command"] == f"python -m rope_tutor.lab {subcommand}", (name, saved)
+
+
+def test_settings_for_a_seed_shift_every_training_seed_and_no_evaluation_seed() -> None:
+    one = BOOK.for_seed(1)
+    assert one.run_seed == 1 and BOOK.for_seed(0) == BOOK
+    for name in ("pretrain", "finetune", "needle_train", "needle_finetune"):
+        assert getattr(one, name).seed == getattr(BOOK, name).seed + SEED_STRIDE
+        assert getattr(one.for_seed(2), name).seed == getattr(BOOK, name).seed + 2 * SEED_STRIDE
+    assert one.eval_seed == BOOK.eval_seed
+    with pytest.raises(ValueError, match="run_seed=-1"):
+        BOOK.for_seed(-1)
+
+
+def test_corpus_is_the_pinned_sympy_and_another_version_is_refused(monkeypatch) -> None:
+    corpus = load_corpus(2000, 500)
+    assert corpus.source.startswith("sympy==1.14.0")
+    monkeypatch.setattr("importlib.metadata.version", lambda name: "1.13.3")
+    with pytest.raises(RuntimeError, match=r"sympy==1\.13\.3 is installed"):
+        load_corpus(2000, 500)
 
 
 #: Same machine and torch build: bitwise equal. Another CPU (a different vector unit) changes the
@@ -466,16 +570,13 @@ TOLERANCE = 0.02
 
 @pytest.mark.slow
 def test_rope_arm_reproduces_the_saved_numbers(tmp_path: Path) -> None:
-    saved = json.loads((DATA / "train_short_test_long.json").read_text())
-    corpus = load_corpus(BOOK.train_bytes, BOOK.validation_bytes)
-    if corpus.train_sha256 != saved["provenance"]["train_sha256"]:
-        pytest.skip(
-            "this Python's standard library differs from the one the book was trained on "
-            f"(Python {corpus.python_version} here, {saved['provenance']['python_version']} "
-            "in rope_tutor/results/lab): the corpus checksum does not match, so the numbers cannot"
-        )
-    run_lab("arm", "--encoding", "rope", "--out", str(tmp_path), timeout=900)
-    fresh = json.loads((tmp_path / "arm_rope.json").read_text())
+    """Seed 1's RoPE arm re-trained from scratch by the command matches the saved one: the corpus
+    is the pinned sympy, so this runs on every machine."""
+    saved = json.loads((DATA / "seed_1" / "train_short_test_long.json").read_text())
+    assert saved["provenance"]["train_sha256"] == load_corpus_for(BOOK).train_sha256
+    run_lab("arm", "--encoding", "rope", "--seeds", "1", "--out", str(tmp_path), timeout=900)
+    fresh = json.loads((tmp_path / "seed_1" / "arm_rope.json").read_text())
+    assert fresh["provenance"]["seed"] == saved["provenance"]["seed"] == SEED_STRIDE
     book = saved["arms"]["rope"]
     for multiple, value in book["fixed_target"].items():
         assert fresh["fixed_target"][multiple]["mean"] == pytest.approx(

@@ -20,6 +20,7 @@ from rope_tutor.lab.settings import BOOK, QUICK
 from rope_tutor.results import RESULTS_DIR
 
 DATA = RESULTS_DIR / "lab"
+SEEDS = [DATA / f"seed_{seed}" for seed in BOOK.seeds]
 PACKAGE_PARENT = Path(rt.__file__).resolve().parent.parent
 
 
@@ -38,10 +39,13 @@ def test_depth_counts_are_the_samples_the_saved_fractions_were_measured_on() -> 
     """Each saved fraction per depth bin times the regenerated count is a whole number of
     retrieved keys: the counts come from the very samples the saved run scored, which the
     file itself does not store."""
-    needle = json.loads((DATA / "needle.json").read_text())
-    assert needle["provenance"]["settings"] == BOOK.name
     checked = 0
-    for arm in needle["arms"].values():
+    arms = []
+    for folder in SEEDS:
+        needle = json.loads((folder / "needle.json").read_text())
+        assert needle["provenance"]["settings"] == BOOK.name
+        arms.extend(needle["arms"].values())
+    for arm in arms:
         measurements = {str(m): s for m, s in arm.get("sweep", {}).items()}
         if "in_window" in arm:
             measurements["in_window"] = arm["in_window"]
@@ -53,13 +57,13 @@ def test_depth_counts_are_the_samples_the_saved_fractions_were_measured_on() -> 
             hits = sum(round(f * c) for f, c in zip(result["by_depth"], counts, strict=True))
             assert abs(hits / BOOK.needle_samples - result["exact_match"]) < 1e-6
             checked += 1
-    assert checked >= 20
+    assert checked >= 20 * len(SEEDS)
 
 
 def test_depth_counts_would_reject_the_wrong_seed() -> None:
     """The check above can fail: with the in-window seed instead of the sweep's, the 4T counts
     do not reproduce the saved fractions."""
-    needle = json.loads((DATA / "needle.json").read_text())
+    needle = json.loads((SEEDS[0] / "needle.json").read_text())
     by_depth = needle["arms"]["rope"]["sweep"]["4"]["by_depth"]
     assert needle_seed(BOOK, 4) != needle_seed(BOOK, None)
     length = 4 * BOOK.context
@@ -98,11 +102,21 @@ def test_needle_arm_subcommand(tmp_path: Path) -> None:
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PYTHONPATH": path}
     command = ["-m", "rope_tutor.lab", "needle-arm", "--encoding", "alibi", "--quick"]
     subprocess.run(
-        [sys.executable, *command, "--threads", "2", "--out", str(tmp_path), "--no-progress"],
+        [
+            sys.executable,
+            *command,
+            "--seeds",
+            "0",
+            "--threads",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+        ],
         env=env,
         check=True,
         timeout=300,
     )
-    prov = json.loads((tmp_path / "needle_alibi.json").read_text())["provenance"]
+    prov = json.loads((tmp_path / "seed_0" / "needle_alibi.json").read_text())["provenance"]
     assert prov["command"] == "python -m rope_tutor.lab needle-arm --encoding alibi"
     assert prov["threads"] == 2

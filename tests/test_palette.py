@@ -14,14 +14,14 @@ import pytest
 from rope_tutor import lab
 from rope_tutor.palette import ARMS, style
 
-LAB_FILES = ("train_short_test_long.json", "extend_rope.json", "needle.json", "summary.json")
+LAB_FILES = ("train_short_test_long.json", "extend_rope.json", "needle.json")
 
 
 def _arm_groups() -> dict[str, list[str]]:
     """Each set of arms the saved results hold side by side (one set per table or figure)."""
     groups: dict[str, list[str]] = {}
     for name in LAB_FILES:
-        results = lab.load_results(name)
+        results = lab.load_results(f"seed_0/{name}")
         if "arms" in results:
             groups[name] = list(results["arms"])
         else:  # extend_rope.json: inference arms, then the fine-tuned ones beside plain RoPE

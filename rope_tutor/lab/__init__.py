@@ -2,20 +2,23 @@
 
 ``python -m rope_tutor.lab all`` reproduces every number of chapters "Train short, test long",
 "Extending a trained RoPE model" and "Finding the needle" into the package's saved results
-(``rope_tutor/results/lab/``, read back with ``load_results``).
+(``rope_tutor/results/lab/``: one folder ``seed_<n>/`` per training seed and ``summary.json``,
+read back with ``load_seeds`` and ``load_results``).
 Readers import it as ``from rope_tutor import lab``.
 
 Modules: ``settings`` (every knob: ``BOOK``, ``QUICK``); ``data``, ``model``, ``train`` (the
 loop, and ``fit``, the one seed-build-time-train routine every step uses) and ``evaluate``; the
 steps ``short_long`` ("Train short, test long"), ``extend`` ("Extending a trained RoPE model"),
-``passkey`` ("Finding the needle") and ``summary``; ``records`` (the provenance written beside
-every number, and ``load_results``).
+``passkey`` ("Finding the needle") and ``summary`` (every arm over the training seeds);
+``stats`` (means and paired differences over seeds, with Student-t intervals); ``records`` (the
+provenance written beside every number, ``load_results`` and ``load_seeds``).
 """
 
+from rope_tutor.lab import stats
 from rope_tutor.lab.data import load_corpus, needle_batch
 from rope_tutor.lab.extend import extension_methods
 from rope_tutor.lab.model import ENCODINGS, ModelConfig, TinyLM, load_checkpoint
-from rope_tutor.lab.records import load_results
+from rope_tutor.lab.records import load_results, load_seeds
 from rope_tutor.lab.settings import BOOK
 from rope_tutor.lab.train import TrainConfig, train
 
@@ -29,6 +32,8 @@ __all__ = [
     "load_checkpoint",
     "load_corpus",
     "load_results",
+    "load_seeds",
     "needle_batch",
+    "stats",
     "train",
 ]

@@ -7,7 +7,7 @@ rope-tutor`` in an empty folder, or on Colab::
 
     from rope_tutor import results
     summary = results.load("lab/summary.json")        # a dict, provenance included
-    checkpoint = results.path("lab/rope.safetensors")  # a file to open yourself
+    checkpoint = results.path("lab/seed_0/rope.safetensors")  # a file to open yourself
 
 Names are paths relative to this folder, written with ``/``: ``lab/…`` (``python -m
 rope_tutor.lab``) and ``bench/…`` (``python -m rope_tutor.bench``).
@@ -41,7 +41,7 @@ def available(prefix: str = "") -> list[str]:
 
 
 def path(name: str) -> Path:
-    """The path of the saved result ``name`` (for example ``"lab/rope.safetensors"``).
+    """The path of the saved result ``name`` (for example ``"lab/seed_0/rope.safetensors"``).
 
     Raises ``ValueError`` for a name that is not a relative path inside the results folder and
     ``FileNotFoundError``, listing what is there, for a name that is not saved.
