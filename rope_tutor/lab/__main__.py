@@ -49,8 +49,8 @@ STEPS: dict[str, tuple[str, ...]] = {
 
 def _done(folder: Path, files: tuple[str, ...], expected: dict[str, Any]) -> bool:
     """Whether every file of a step is in ``folder`` and its JSON's provenance has the
-    ``expected`` entries (settings name, seed, steps and, for the corpus steps, the corpus
-    checksum): a step interrupted, or run with other settings, is run again."""
+    ``expected`` entries (``_expected``): a step interrupted, or run with other settings or
+    another thread count, is run again."""
     for name in files:
         path = folder / name
         if not path.is_file():
@@ -62,18 +62,24 @@ def _done(folder: Path, files: tuple[str, ...], expected: dict[str, Any]) -> boo
     return True
 
 
-def _expected(step: str, settings: LabSettings, corpus: Corpus | None) -> dict[str, Any]:
+def _expected(
+    step: str, settings: LabSettings, corpus: Corpus | None, threads: int
+) -> dict[str, Any]:
+    """The provenance entries a finished step's files must carry to be kept: settings, seed,
+    steps, thread count (reductions, hence the numbers, depend on it) and corpus checksum."""
     if step in ("passkey", "needle-arm"):
         return {
             "settings": settings.name,
             "seed": settings.needle_train.seed,
             "steps": settings.needle_train.steps,
+            "threads": threads,
         }
     assert corpus is not None
     return {
         "settings": settings.name,
         "seed": settings.pretrain.seed,
         "steps": settings.pretrain.steps,
+        "threads": threads,
         "train_sha256": corpus.train_sha256,
     }
 
@@ -174,7 +180,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for number, (seed, step, files) in enumerate(jobs, start=1):
         run_settings = settings.for_seed(seed)
         folder = out_dir / seed_folder(seed)
-        expected = _expected(step.split(":")[0], run_settings, corpus)
+        expected = _expected(step.split(":")[0], run_settings, corpus, args.threads)
         label = f"[{number}/{len(jobs)}] seed {seed}, {step}"
         if _done(folder, files, expected):
             print(f"{label}: done already, kept (delete {folder} to recompute)", flush=True)
