@@ -433,7 +433,9 @@ def test_saved_results_carry_provenance_and_sanity_checks() -> None:
         assert extend["sanity"]["pi_factor_1_equals_rope"] is True
         # step 0 of the PI curve is the model before fine-tuning, PI at inference
         pi = extend["inference"]["pi"]["fixed_target"]
-        assert extend["pi_curve"]["0"] == {m: v["mean"] for m, v in pi.items()}, seed
+        assert extend["pi_curve"]["fixed_target"]["0"] == {m: v["mean"] for m, v in pi.items()}, (
+            seed
+        )
     for needle in lab.load_seeds("needle.json").values():
         for arm in needle["arms"].values():
             if "in_window" in arm:  # a length sweep is only reported once retrieval is learned
