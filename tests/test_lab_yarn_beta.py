@@ -43,29 +43,41 @@ def test_saved_file_carries_provenance_and_names_its_checkpoint() -> None:
     assert SAVED["protocol"]["inference_only"] is True
 
 
-def test_arms_shared_with_extend_rope_agree_with_it() -> None:
+def _seed(seed: int) -> tuple[dict, dict]:
+    folder = RESULTS_DIR / "lab" / f"seed_{seed}"
+    return (
+        json.loads((folder / "yarn_beta.json").read_text()),
+        json.loads((folder / "extend_rope.json").read_text()),
+    )
+
+
+@pytest.mark.parametrize("seed", BOOK.seeds)
+def test_arms_shared_with_extend_rope_agree_with_it(seed: int) -> None:
+    saved, extend = _seed(seed)
     # Step 2 measured the paper's and the rescaled beta at every multiple, and YaRN (paper's
     # beta, its own temperature) at s T for s = 2, 4, 8 in its temperature sweep.
-    inference = EXTEND["inference"]
+    inference = extend["inference"]
     for ours, theirs in (("paper", "yarn_paper_beta"), ("rescaled", "yarn_rescaled_beta")):
-        assert SAVED["beta"][ours]["scaling"] == inference[theirs]["scaling"]
+        assert saved["beta"][ours]["scaling"] == inference[theirs]["scaling"]
         for m, value in inference[theirs]["fixed_target"].items():
-            assert SAVED["beta"][ours]["fixed_target"][m]["mean"] == pytest.approx(
+            assert saved["beta"][ours]["fixed_target"][m]["mean"] == pytest.approx(
                 value["mean"], abs=1e-4
             )
-    for s, entry in EXTEND["temperature"].items():
-        matched = SAVED["matched"]["yarn"][f"{float(s):g}"]["mean"]
+    for s, entry in extend["temperature"].items():
+        matched = saved["matched"]["yarn"][f"{float(s):g}"]["mean"]
         assert matched == pytest.approx(entry["sweep"]["yarn_formula"], abs=1e-4)
     for method in ("pi", "ntk"):  # the static arms of step 2 use s = 4
-        assert SAVED["matched"][method]["4"]["mean"] == pytest.approx(
+        assert saved["matched"][method]["4"]["mean"] == pytest.approx(
             inference[method]["fixed_target"]["4"]["mean"], abs=1e-4
         )
 
 
-def test_matched_ntk_is_dynamic_ntk_at_its_own_length() -> None:
+@pytest.mark.parametrize("seed", BOOK.seeds)
+def test_matched_ntk_is_dynamic_ntk_at_its_own_length(seed: int) -> None:
+    saved, extend = _seed(seed)
     # Dynamic NTK computes s = l / T from the length l, so at l = s T it is static NTK with s.
-    dynamic = EXTEND["inference"]["dynamic_ntk"]["fixed_target"]
-    for s, entry in SAVED["matched"]["ntk"].items():
+    dynamic = extend["inference"]["dynamic_ntk"]["fixed_target"]
+    for s, entry in saved["matched"]["ntk"].items():
         assert entry["mean"] == pytest.approx(dynamic[s]["mean"], abs=1e-4)
 
 

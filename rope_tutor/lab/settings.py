@@ -88,7 +88,7 @@ class LabSettings:
     )
     pi_curve_steps: tuple[int, ...] = (0, 25, 50, 100, 200, 400)
     seeds: tuple[int, ...] = (0, 1, 2)
-    other_needle_seeds: tuple[int, ...] = (0,)
+    other_needle_seeds: tuple[int, ...] = (0, 1, 2)
     run_seed: int = 0
 
     def for_seed(self, run_seed: int) -> LabSettings:
