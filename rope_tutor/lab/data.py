@@ -16,13 +16,13 @@ Part V. Nothing is downloaded and no third-party text is stored in the repositor
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
-import importlib.util
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from rope_tutor.runtime import pinned_package
 
 __all__ = [
     "CORPUS_PACKAGE",
@@ -73,19 +73,7 @@ def corpus_root() -> Path:
     """The installed ``CORPUS_PACKAGE``'s folder. Raises ``ModuleNotFoundError`` when it is not
     installed and ``RuntimeError`` when another version is (its bytes would differ)."""
     package, version = CORPUS_PACKAGE
-    spec = importlib.util.find_spec(package)
-    if spec is None or spec.origin is None:
-        raise ModuleNotFoundError(
-            f"the lab's corpus is the source of {package}=={version}: "
-            f'pip install "rope-tutor[lab]" (or {package}=={version})'
-        )
-    installed = importlib.metadata.version(package)
-    if installed != version:
-        raise RuntimeError(
-            f"the lab's corpus is the source of {package}=={version}, but {package}=={installed} "
-            f"is installed, whose bytes differ: pip install {package}=={version}"
-        )
-    return Path(spec.origin).parent
+    return pinned_package(package, version, 'the lab\'s corpus (pip install "rope-tutor[lab]")')
 
 
 def load_corpus(

@@ -12,9 +12,8 @@ changes with position, not how well the model knows the file.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
-import importlib.util
-from pathlib import Path
+
+from rope_tutor.runtime import pinned_package
 
 __all__ = ["TEXTS", "read_text"]
 
@@ -39,17 +38,7 @@ def read_text(name: str = "code") -> tuple[str, dict[str, str]]:
     if name not in TEXTS:
         raise ValueError(f"unknown text name={name!r}; expected one of {sorted(TEXTS)}")
     package, version, relative, expected = TEXTS[name]
-    if importlib.util.find_spec(package) is None:
-        raise ModuleNotFoundError(
-            f"text {name!r} is read from {package}=={version}: pip install it"
-        )
-    installed = importlib.metadata.version(package)
-    if installed != version:
-        raise RuntimeError(
-            f"text {name!r} is {relative} of {package}=={version}, but {package}=={installed} is "
-            f"installed: pip install {package}=={version}"
-        )
-    root = Path(importlib.util.find_spec(package).origin).parent.parent
+    root = pinned_package(package, version, f"text {name!r} ({relative})").parent
     data = (root / relative).read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if digest != expected:
