@@ -58,8 +58,13 @@ book-zh: $(STAMP)
 # Translators: `make locales` after any change of the English text; it adds the new messages to the
 # .po files and marks the changed ones fuzzy (tests/test_translation.py fails until they are done).
 SPHINX_INTL ?= $(BIN)/sphinx-intl
+# The gettext build has its own folder: Sphinx refuses an html build's doctrees (_build/.doctrees).
+I18N_BUILD := _build/i18n
 gettext: $(STAMP)
-	$(BIN)/jupyter-book build . --builder custom --custom-builder gettext -W -n --keep-going
+	$(BIN)/jupyter-book build . --builder custom --custom-builder gettext -W -n --keep-going \
+		--path-output $(I18N_BUILD)
+	rm -rf _build/gettext
+	cp -r $(I18N_BUILD)/_build/gettext _build/gettext
 
 locales: gettext
 	$(SPHINX_INTL) update -p _build/gettext -l zh_CN -d locales -w 100
