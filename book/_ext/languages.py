@@ -61,6 +61,31 @@ def _set_language(app: Any, config: Any) -> None:
         app._init_i18n()
 
 
+def _translate_toctree_captions(app: Any, doctree: Any) -> None:
+    """Translate the captions of the table of contents (the parts: "Part I: Foundations").
+
+    sphinx-external-toc inserts the toctrees into the root page after Sphinx's i18n transform has
+    run, so their captions are extracted as messages of that page (``book/intro.po``) but never
+    replaced; this replaces them from the same catalog, as the transform would.
+    """
+    if edition(app.config.language) == "en":
+        return
+    from sphinx import addnodes
+    from sphinx.locale import init as init_locale
+    from sphinx.util.i18n import docname_to_domain
+
+    toctrees = [node for node in doctree.findall(addnodes.toctree) if node.get("caption")]
+    if not toctrees:
+        return
+    domain = docname_to_domain(app.env.docname, app.config.gettext_compact)
+    dirs = [os.path.join(app.srcdir, folder) for folder in app.config.locale_dirs]
+    catalog, has_catalog = init_locale(dirs, app.config.language, domain)
+    if not has_catalog:
+        return
+    for node in toctrees:
+        node["caption"] = catalog.gettext(node["caption"])
+
+
 def _language_links(
     app: Any, pagename: str, templatename: str, context: dict[str, Any], doctree: Any
 ) -> None:
@@ -83,5 +108,6 @@ def _language_links(
 
 def setup(app: Any) -> dict[str, Any]:
     app.connect("config-inited", _set_language)
+    app.connect("doctree-read", _translate_toctree_captions)
     app.connect("html-page-context", _language_links)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
