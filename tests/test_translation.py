@@ -1,0 +1,132 @@
+"""The Chinese edition (issue 16): every message of the chapters and prose pages is translated.
+
+Sphinx's gettext builder (`make gettext`) extracts each page's messages (paragraphs, headings, list
+items, table cells, captions, figure alt texts; not code cells or their outputs) and sphinx-intl
+keeps one catalogue per page in ``locales/zh_CN/LC_MESSAGES/<docname>.po`` (`make locales`). The
+Chinese site (`make book-zh`) shows the English message wherever a translation is missing or
+fuzzy, so these tests fail on any such message, page by page.
+
+NOTE (branch zh, issue 16): ``test_every_message_is_translated`` FAILS on purpose until the
+translators finish: only ``book/intro`` and the glossary's term table are translated so far. Do not
+weaken it; translate the pages it lists.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from babel.messages.catalog import Catalog
+from babel.messages.pofile import read_po
+from conftest import ROOT, toc_files
+
+LOCALE = ROOT / "locales" / "zh_CN" / "LC_MESSAGES"
+#: Pages whose messages may stay English: the API reference is generated from the package's
+#: docstrings (the page says so in the Chinese edition; that one sentence is translated).
+EXEMPT = {"book/api"}
+#: What must survive translation unchanged: glued numbers, equation and citation references, math.
+KEPT = re.compile(r"\{(?:glue(?::\w+)?|eq|cite(?::\w+)?|numref|ref)\}`[^`]*`|\$\$?[^$]+\$\$?")
+
+
+def docnames() -> list[str]:
+    return [str(Path(name).with_suffix("")) for name in toc_files()]
+
+
+def catalog(docname: str) -> Catalog:
+    with open(LOCALE / f"{docname}.po", "rb") as handle:
+        return read_po(handle)
+
+
+def missing(cat: Catalog) -> tuple[list[str], list[str]]:
+    """The untranslated and the fuzzy messages of a catalogue (the header excepted)."""
+    untranslated = [str(m.id) for m in cat if m.id and not (m.string or "").strip()]
+    fuzzy = [str(m.id) for m in cat if m.id and m.fuzzy and (m.string or "").strip()]
+    return untranslated, fuzzy
+
+
+def changed_markup(cat: Catalog) -> list[str]:
+    """Translated messages whose glued values, references or math differ from the English."""
+    return [
+        str(m.id)
+        for m in cat
+        if m.id and m.string and sorted(KEPT.findall(m.id)) != sorted(KEPT.findall(m.string))
+    ]
+
+
+def test_every_page_has_a_catalogue() -> None:
+    absent = [name for name in docnames() if not (LOCALE / f"{name}.po").exists()]
+    assert not absent, f"no .po file for {absent}: run `make locales`"
+
+
+def test_every_message_is_translated() -> None:
+    # Fails on branch zh until the translation is finished (see the module docstring).
+    report, total = [], 0
+    for name in docnames():
+        if name in EXEMPT:
+            continue
+        untranslated, fuzzy = missing(catalog(name))
+        if untranslated or fuzzy:
+            total += len(untranslated) + len(fuzzy)
+            first = (untranslated + fuzzy)[0][:70]
+            report.append(
+                f"{name}: {len(untranslated)} untranslated, {len(fuzzy)} fuzzy (first: {first!r})"
+            )
+    assert not report, f"{total} messages left to translate:\n" + "\n".join(report)
+
+
+def test_translations_keep_glue_references_and_math() -> None:
+    report = [
+        f"{name}: {message[:80]!r}"
+        for name in docnames()
+        for message in changed_markup(catalog(name))
+    ]
+    assert not report, (
+        "translations that changed a glued value, a reference or math:\n" + "\n".join(report)
+    )
+
+
+def test_the_checks_can_fail() -> None:
+    cat = Catalog(locale="zh_CN")
+    cat.add("Done.", "完成。")
+    cat.add("Left to do.", "")
+    cat.add("Changed since.", "改了。", flags=["fuzzy"])
+    cat.add("The gap is {glue:text}`gap:.2f` at $m = 0$.", "差距在 $m = 0$ 处为 {glue:text}`gap`。")
+    cat.add("See {eq}`rope` and $x$.", "见 {eq}`rope` 和 $x$。")
+    assert missing(cat) == (["Left to do."], ["Changed since."])
+    assert changed_markup(cat) == ["The gap is {glue:text}`gap:.2f` at $m = 0$."]
+
+
+@pytest.mark.slow
+def test_catalogues_hold_the_current_english_text(tmp_path: Path) -> None:
+    """Every message of the English text as it is now is in its page's .po file (else the Chinese
+    site would show it in English without any test noticing): `make locales` was run."""
+    jupyter_book = Path(sys.executable).parent / "jupyter-book"
+    result = subprocess.run(
+        [
+            str(jupyter_book),
+            "build",
+            str(ROOT),
+            "--builder",
+            "custom",
+            "--custom-builder",
+            "gettext",
+            "--path-output",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    stale = []
+    for name in docnames():
+        with open(tmp_path / "_build" / "gettext" / f"{name}.pot", "rb") as handle:
+            wanted = {m.id for m in read_po(handle) if m.id}
+        have = {m.id for m in catalog(name) if m.id}
+        if wanted - have:
+            stale.append(f"{name}: {len(wanted - have)} new messages")
+    assert not stale, "run `make locales` (then translate):\n" + "\n".join(stale)
