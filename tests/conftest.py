@@ -4,6 +4,7 @@ built website (used by test_site.py and test_browser.py)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -75,26 +76,46 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     }
 
 
+#: The Chinese edition's own build folder; its site is copied to SITE / "zh" (as `make book-zh`).
+ZH_BUILD = ROOT / "_build" / "zh"
+#: The editions: (environment for the build, extra jupyter-book arguments).
+EDITIONS = {
+    "en": ({}, []),
+    "zh_CN": ({"ROPE_TUTOR_LANGUAGE": "zh_CN"}, ["--path-output", str(ZH_BUILD)]),
+}
+
+
+def _build(language: str) -> None:
+    environment, extra = EDITIONS[language]
+    jupyter_book = Path(sys.executable).parent / "jupyter-book"
+    result = subprocess.run(
+        [str(jupyter_book), "build", str(ROOT), "--builder", "html", "-W", "-n", "--keep-going"]
+        + extra,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env={**os.environ, **environment},
+    )
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, f"the {language} book build failed:\n{log[-6000:]}"
+    warnings = [line for line in log.splitlines() if ": WARNING:" in line or ": ERROR:" in line]
+    assert not warnings, f"the {language} book build printed warnings:\n" + "\n".join(warnings[:30])
+    assert "Executing" not in log, "the site build executed a notebook (it must use stored outputs)"
+
+
 @pytest.fixture(scope="session")
 def built_site() -> Path:
-    """Build the book exactly as `make book` does: from the notebooks' stored outputs, which strict
-    nbval verifies in the same run, so no notebook is executed a second time."""
+    """Build the book exactly as `make book` does: both editions, English in SITE and Chinese in
+    SITE / "zh", from the notebooks' stored outputs, which strict nbval verifies in the same run,
+    so no notebook is executed a second time."""
     prebuilt = os.environ.get(PREBUILT_SITE_VARIABLE)
     if prebuilt:
         site = Path(prebuilt).resolve()
         assert (site / "index.html").exists(), f"{PREBUILT_SITE_VARIABLE}={prebuilt}: no index.html"
         return site
-    jupyter_book = Path(sys.executable).parent / "jupyter-book"
-    result = subprocess.run(
-        [str(jupyter_book), "build", str(ROOT), "--builder", "html", "-W", "-n", "--keep-going"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    log = result.stdout + result.stderr
-    assert result.returncode == 0, f"the book build failed:\n{log[-6000:]}"
-    warnings = [line for line in log.splitlines() if ": WARNING:" in line or ": ERROR:" in line]
-    assert not warnings, "the book build printed warnings:\n" + "\n".join(warnings[:30])
-    assert "Executing" not in log, "the site build executed a notebook (it must use stored outputs)"
+    _build("en")
+    _build("zh_CN")
+    shutil.rmtree(SITE / "zh", ignore_errors=True)
+    shutil.copytree(ZH_BUILD / "_build" / "html", SITE / "zh")
     return SITE

@@ -13,6 +13,13 @@ checks that
 * notebook pages carry the Colab and download buttons, code blocks carry copy buttons, and chapter
   pages open with their prerequisites and reading time.
 
+Each page is opened twice: in the English edition and in the Chinese one (``zh/``, issue 16). Both
+must link to the page's twin in the other edition, and every Chinese character on a page (the
+whole Chinese edition; the language link and the glossary's term table in the English one) must be
+drawn with a font that has it, not as the empty boxes ("tofu") of a missing glyph: each is drawn on
+a canvas in its element's font and compared with the box drawn for a code point that no font has.
+Debian ships the fonts as ``fonts-noto-cjk``.
+
 A screenshot of each page (light theme, and dark theme where the page has figures) is kept under
 ``_build/screenshots/`` for a person to look at. `make test` installs the browser (see Makefile).
 """
@@ -41,6 +48,14 @@ REPOSITORY = "https://github.com/rope-tutor/rope-tutor"
 COLAB = "https://colab.research.google.com/github/rope-tutor/rope-tutor/blob/main/"
 CHAPTER = re.compile(r"^book/(0[1-9]|1[0-9])_")  # numbered chapters; 00 is the preface
 MAX_SCREENSHOT_HEIGHT = 16000  # Chromium's limit for one capture is 16384 pixels
+#: The words each chapter's first box must contain, per edition (translators: keep these three).
+CHAPTER_HEAD = {
+    "en": ("Before you start", "Prerequisites", "Reading time"),
+    "zh": ("开始之前", "预备知识", "阅读时间"),
+}
+#: Each edition's folder in the site, and its <html lang>.
+EDITION_FOLDER = {"en": "", "zh": "zh/"}
+EDITION_LANG = {"en": "en", "zh": "zh-CN"}
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -162,7 +177,55 @@ const done = arguments[arguments.length - 1];
     codeBlocks: article.querySelectorAll("div.highlight pre").length,
     copyButtons: article.querySelectorAll("button.copybtn").length,
     firstAdmonition: (article.querySelector(".admonition") || {innerText: ""}).innerText,
+    lang: document.documentElement.lang,
+    twins: [...document.querySelectorAll("a.rope-tutor-language")].map((a) => a.href),
   });
+})().catch((error) => done({error: String(error)}));
+"""
+
+# Every distinct CJK character on the page drawn on a canvas in the font of the element that shows
+# it, compared with the box drawn for U+10FFFD (a private-use code point no font has): equal, or
+# blank, means the reader sees a box. The control proves boxes are detectable: two code points that
+# no font has must draw the same image.
+CJK_GLYPHS = """
+const done = arguments[arguments.length - 1];
+(async () => {
+  await document.fonts.ready;
+  const draw = (font, text) => {
+    const canvas = document.createElement("canvas");
+    canvas.width = 56;
+    canvas.height = 56;
+    const context = canvas.getContext("2d");
+    context.font = font;
+    context.fillStyle = "#000";
+    context.textBaseline = "top";
+    context.fillText(text, 4, 4);
+    return canvas.toDataURL();
+  };
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  const byFont = new Map();
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const found = node.textContent.match(/[\\u3400-\\u9fff]/g);
+    if (!found || !node.parentElement) continue;
+    const style = getComputedStyle(node.parentElement);
+    const font = `${style.fontStyle} ${style.fontWeight} 40px ${style.fontFamily}`;
+    if (!byFont.has(font)) byFont.set(font, new Set());
+    found.forEach((c) => byFont.get(font).add(c));
+  }
+  const boxes = [];
+  let checked = 0;
+  let control = true;
+  for (const [font, chars] of byFont) {
+    const box = draw(font, "\\u{10FFFD}");
+    const blank = draw(font, "");
+    control = control && draw(font, "\\u{10FFFC}") === box;
+    for (const c of [...chars].slice(0, 200)) {
+      checked += 1;
+      const image = draw(font, c);
+      if (image === box || image === blank) boxes.push(`${c} (${font})`);
+    }
+  }
+  done({checked: checked, boxes: boxes.slice(0, 20), control: control});
 })().catch((error) => done({error: String(error)}));
 """
 
@@ -261,9 +324,10 @@ def _set_theme(driver: Any, theme: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("edition", ["en", "zh"])
 @pytest.mark.parametrize("source", toc_files())
-def test_page_in_the_browser(browser: Any, site_url: str, source: str) -> None:
-    page = Path(source).with_suffix(".html").as_posix()
+def test_page_in_the_browser(browser: Any, site_url: str, source: str, edition: str) -> None:
+    page = EDITION_FOLDER[edition] + Path(source).with_suffix(".html").as_posix()
     visit = _visit(browser, f"{site_url}/{page}")
     facts = visit.facts
     problems: list[str] = []
@@ -321,13 +385,34 @@ def test_page_in_the_browser(browser: Any, site_url: str, source: str) -> None:
     if REPOSITORY not in facts["links"]:
         problems.append("no link to the repository")
 
+    if facts["lang"] != EDITION_LANG[edition]:
+        problems.append(f"<html lang={facts['lang']!r}>, expected {EDITION_LANG[edition]!r}")
+    if not facts["twins"]:
+        problems.append("no link to the same page in the other edition")
+    for link in facts["twins"]:
+        status = browser.execute_async_script(
+            "const done = arguments[1];"
+            "fetch(arguments[0]).then(r => done(r.status), e => done(String(e)));",
+            link,
+        )
+        if status != 200:
+            problems.append(f"the link to the other edition, {link}, answers HTTP {status}")
+    glyphs = browser.execute_async_script(CJK_GLYPHS)
+    assert "error" not in glyphs, f"{page}: the glyph check failed: {glyphs['error']}"
+    if glyphs["checked"]:
+        if not glyphs["control"]:
+            problems.append("the glyph check cannot tell a missing glyph (control failed)")
+        problems += [f"Chinese character drawn as a box (no font): {b}" for b in glyphs["boxes"]]
+    if edition == "zh" and not glyphs["checked"]:
+        problems.append("no Chinese text on a page of the Chinese edition")
+
     if CHAPTER.match(source):
         head = facts["firstAdmonition"]
-        for needed in ("Before you start", "Prerequisites", "Reading time"):
+        for needed in CHAPTER_HEAD[edition]:
             if needed.lower() not in head.lower():
                 problems.append(f"the chapter's first box lacks {needed!r}")
 
-    name = Path(source).stem
+    name = Path(source).stem + ("" if edition == "en" else f"-{edition}")
     _screenshot(browser, SCREENSHOTS / f"{name}.png")
     figures = [image for image in facts["images"] if image["inArticle"]]
     if figures:

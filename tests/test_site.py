@@ -18,9 +18,10 @@ def _pages(site: Path) -> list[Path]:
 
 @pytest.mark.slow
 def test_every_chapter_has_a_page(built_site: Path) -> None:
-    for name in toc_files():
-        page = built_site / Path(name).with_suffix(".html")
-        assert page.exists(), f"no page built for {name}"
+    for edition in ("", "zh/"):  # English, and the Chinese edition under zh/
+        for name in toc_files():
+            page = built_site / f"{edition}{Path(name).with_suffix('.html').as_posix()}"
+            assert page.exists(), f"no page built for {edition}{name}"
 
 
 LOADING_TAGS = ("script", "link", "img", "iframe", "source", "video", "audio")
