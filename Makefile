@@ -73,13 +73,16 @@ locales: gettext
 # on the PATH (CHROMIUM=/path and CHROMEDRIVER=/path override). The browser downloads of automation
 # libraries do not work offline, so the browser is the system's. On Debian, as root, this target
 # installs Debian's packages; anywhere else it stops and says what to install. It never uses sudo.
+# The Chinese edition's pages need a font with Chinese glyphs (Debian: fonts-noto-cjk); the browser
+# test fails on any character drawn as a box.
 browser:
-	@$(BIN)/python tests/browser_binaries.py >/dev/null 2>&1 || { \
+	@{ $(BIN)/python tests/browser_binaries.py >/dev/null 2>&1 && fc-list :lang=zh | grep -q . ; } || { \
 	  if [ "$$(id -u)" = 0 ] && [ -f /etc/debian_version ]; then \
 	    apt-get update -q && \
 	    env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-	      chromium chromium-driver; \
-	  else $(BIN)/python tests/browser_binaries.py; exit 1; fi; }
+	      chromium chromium-driver fonts-noto-cjk; \
+	  else $(BIN)/python tests/browser_binaries.py; \
+	    echo "and a font with Chinese glyphs (Debian/Ubuntu: fonts-noto-cjk)"; exit 1; fi; }
 
 # A reader's installation: the package built as a wheel and installed (not editable) into its own
 # folder, and each chapter copied alone into an empty folder, as on Colab.
