@@ -5,7 +5,9 @@ notebooks (``execute_notebooks: "off"``). The Chinese one is the same build with
 variable ``ROPE_TUTOR_LANGUAGE=zh_CN`` (`make book-zh`): this extension then sets Sphinx's
 ``language`` before the documents are read, so Sphinx's own i18n replaces each message by its
 translation from ``locales/zh_CN/LC_MESSAGES/<docname>.po`` (compiled to ``.mo`` by Sphinx).
-Jupyter Book 1.x has no command-line option for ``language``, hence the variable.
+Jupyter Book 1.x has no command-line option for ``language``, hence the variable. Two repairs
+make translated pages complete: the table of contents' captions are translated, and glued values
+(`` {glue:text}`key` ``) work inside translated messages (see each function).
 
 The English site is ``_build/html``, the Chinese one ``_build/html/zh`` (see the Makefile). Every
 page gets, above its text, a link to the same page in the other edition, and a
@@ -86,6 +88,56 @@ def _translate_toctree_captions(app: Any, doctree: Any) -> None:
         node["caption"] = catalog.gettext(node["caption"])
 
 
+#: The renderer of the notebook myst-nb parsed last (pages are read one at a time per process).
+_LATEST_RENDERER: list[Any] = []
+
+
+def _glue_lookup_for_translations() -> None:
+    """Make a notebook's glued values available to its translated messages.
+
+    Sphinx's i18n transform parses each translated message as a document of its own, after
+    myst-nb has parsed the page and dropped its renderer (which holds the notebook's glue data), so
+    a `` {glue:text}`key` `` in a translation would fail ("No key ... found in glue data"). This
+    keeps the renderer of the notebook myst-nb parsed last, and wraps ``retrieve_glue_data`` (as
+    myst-nb's roles and directives imported it) so
+    that a translated message of that page (its source names the page) uses it. Written for
+    myst-nb 1.4 and Sphinx 7.4 (pinned in requirements.txt).
+    """
+    from myst_nb import sphinx_
+    from myst_nb.ext.glue import directives, roles, utils
+
+    if getattr(utils.retrieve_glue_data, "rope_tutor_wrapped", False):
+        return
+    original_load, original_retrieve = sphinx_.load_renderer, utils.retrieve_glue_data
+
+    def load_renderer(name: str) -> Any:
+        renderer_class = original_load(name)
+
+        def create(*args: Any, **kwargs: Any) -> Any:
+            _LATEST_RENDERER[:] = [renderer_class(*args, **kwargs)]
+            return _LATEST_RENDERER[0]
+
+        return create
+
+    def retrieve(document: Any, key: str) -> Any:
+        if "nb_renderer" not in document and _LATEST_RENDERER:
+            renderer = _LATEST_RENDERER[0]
+            page = renderer.renderer.document.get("source", "")
+            # A translated message's source is "<page's source>:<line>:<translated>".
+            if page and str(document.get("source", "")).startswith(f"{page}:"):
+                document["nb_renderer"] = renderer
+                try:
+                    return original_retrieve(document, key)
+                finally:  # the message's nodes join the page's doctree, which must pickle
+                    del document["nb_renderer"]
+        return original_retrieve(document, key)
+
+    retrieve.rope_tutor_wrapped = True  # type: ignore[attr-defined]
+    sphinx_.load_renderer = load_renderer
+    for module in (utils, roles, directives):
+        module.retrieve_glue_data = retrieve
+
+
 def _language_links(
     app: Any, pagename: str, templatename: str, context: dict[str, Any], doctree: Any
 ) -> None:
@@ -108,6 +160,7 @@ def _language_links(
 
 def setup(app: Any) -> dict[str, Any]:
     app.connect("config-inited", _set_language)
+    _glue_lookup_for_translations()
     app.connect("doctree-read", _translate_toctree_captions)
     app.connect("html-page-context", _language_links)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
