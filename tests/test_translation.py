@@ -130,3 +130,23 @@ def test_catalogues_hold_the_current_english_text(tmp_path: Path) -> None:
         if wanted - have:
             stale.append(f"{name}: {len(wanted - have)} new messages")
     assert not stale, "run `make locales` (then translate):\n" + "\n".join(stale)
+
+
+def test_twin_links_resolve_to_the_same_page_in_the_other_edition() -> None:
+    import posixpath
+
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    try:
+        import languages
+    finally:
+        sys.path.remove(str(ROOT / "book" / "_ext"))
+    folders = {"en": "", "zh_CN": "zh/"}
+    for docname in ["book/intro", "book/03_sinusoidal", "genindex", "a/b/c"]:
+        for here, there in (("en", "zh_CN"), ("zh_CN", "en")):
+            page = folders[here] + docname + ".html"
+            href = languages.twin_href(docname, here, there)
+            landed = posixpath.normpath(posixpath.join(posixpath.dirname(page), href))
+            assert landed == folders[there] + docname + ".html", (docname, here, href)
+    assert languages.edition(None) == "en" and languages.edition("zh_CN") == "zh_CN"
+    with pytest.raises(ValueError, match="ROPE_TUTOR_LANGUAGE='fr'"):
+        languages.edition("fr")
