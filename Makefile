@@ -73,10 +73,11 @@ locales: gettext
 # on the PATH (CHROMIUM=/path and CHROMEDRIVER=/path override). The browser downloads of automation
 # libraries do not work offline, so the browser is the system's. On Debian, as root, this target
 # installs Debian's packages; anywhere else it stops and says what to install. It never uses sudo.
-# The Chinese edition's pages need a font with Chinese glyphs (Debian: fonts-noto-cjk); the browser
-# test fails on any character drawn as a box.
+# The Chinese edition's pages need a font with Chinese glyphs (Debian: fonts-noto-cjk), looked for
+# with fontconfig where it exists (macOS ships such fonts); the browser test fails on any box.
 browser:
-	@{ $(BIN)/python tests/browser_binaries.py >/dev/null 2>&1 && fc-list :lang=zh | grep -q . ; } || { \
+	@{ $(BIN)/python tests/browser_binaries.py >/dev/null 2>&1 && \
+	   { ! command -v fc-list >/dev/null || fc-list :lang=zh | grep -q . ; } ; } || { \
 	  if [ "$$(id -u)" = 0 ] && [ -f /etc/debian_version ]; then \
 	    apt-get update -q && \
 	    env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
