@@ -5,9 +5,10 @@ notebooks (``execute_notebooks: "off"``). The Chinese one is the same build with
 variable ``ROPE_TUTOR_LANGUAGE=zh_CN`` (`make book-zh`): this extension then sets Sphinx's
 ``language`` before the documents are read, so Sphinx's own i18n replaces each message by its
 translation from ``locales/zh_CN/LC_MESSAGES/<docname>.po`` (compiled to ``.mo`` by Sphinx).
-Jupyter Book 1.x has no command-line option for ``language``, hence the variable. Two repairs
-make translated pages complete: the table of contents' captions are translated, and glued values
-(`` {glue:text}`key` ``) work inside translated messages (see each function).
+Jupyter Book 1.x has no command-line option for ``language``, hence the variable. Three repairs
+make translated pages complete: the table of contents' captions are translated, glued values
+(`` {glue:text}`key` ``) work inside translated messages, and the figures' alt texts (set in a
+code cell's metadata) are extracted as messages (see each function).
 
 The English site is ``_build/html``, the Chinese one ``_build/html/zh`` (see the Makefile). Every
 page gets, above its text, a link to the same page in the other edition, and a
@@ -54,7 +55,30 @@ def twin_href(pagename: str, current: str, other: str) -> str:
     return f"{up}{folder + '/' if folder else ''}{pagename}.html"
 
 
+#: The image types of the notebooks' outputs that the gettext builder must keep (see below).
+IMAGE_MIME_TYPES = ("image/svg+xml", "image/png", "image/jpeg", "image/gif")
+
+
+def _extract_figure_alt_texts(config: Any) -> None:
+    """Make the gettext builder extract the alt text of every figure a code cell draws.
+
+    myst-nb renders each output in every format at read time (an ``image`` node, with the alt
+    text of the cell's ``"mystnb": {"image": {"alt": ...}}`` metadata, beside a ``text/plain``
+    one) and keeps one per builder in a post-transform (``SelectMimeType``), by the builder's
+    priority list. The ``gettext`` builder's list has no image type, so it kept the
+    ``text/plain`` output and Sphinx never saw the alt text: the .po files lacked it and the
+    Chinese pages showed it in English. Giving the image types the first places for ``gettext``
+    (myst-nb's ``nb_mime_priority_overrides``) keeps the ``image`` node, whose ``alt`` Sphinx's
+    gettext builder extracts as a message of the page; at read time, Sphinx's i18n transform
+    then replaces it with the translation in every language build (the node exists then).
+    """
+    overrides = list(config.nb_mime_priority_overrides or [])
+    overrides += [("gettext", mime, rank) for rank, mime in enumerate(IMAGE_MIME_TYPES, 1)]
+    config.nb_mime_priority_overrides = overrides
+
+
 def _set_language(app: Any, config: Any) -> None:
+    _extract_figure_alt_texts(config)
     wanted = os.environ.get(LANGUAGE_VARIABLE)
     if wanted:
         config.language = edition(wanted)
