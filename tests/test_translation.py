@@ -13,6 +13,7 @@ weaken it; translate the pages it lists.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 from babel.messages.catalog import Catalog
 from babel.messages.pofile import read_po
-from conftest import ROOT, toc_files
+from conftest import ROOT, toc_files, toc_notebooks
 
 LOCALE = ROOT / "locales" / "zh_CN" / "LC_MESSAGES"
 #: Pages whose messages may stay English: the API reference is generated from the package's
@@ -29,6 +30,38 @@ LOCALE = ROOT / "locales" / "zh_CN" / "LC_MESSAGES"
 EXEMPT = {"book/api"}
 #: What must survive translation unchanged: glued numbers, equation and citation references, math.
 KEPT = re.compile(r"\{(?:glue(?::\w+)?|eq|cite(?::\w+)?|numref|ref)\}`[^`]*`|\$\$?[^$]+\$\$?")
+
+
+#: A Chinese character (CJK Unified Ideographs): a translated alt text holds some.
+CHINESE = re.compile(r"[\u4e00-\u9fff]")
+IMAGE_TYPES = ("image/png", "image/svg+xml", "image/jpeg", "image/gif")
+
+
+def figure_alt_texts(notebook: dict) -> list[tuple[int, str]]:
+    """(cell index, alt text) of every code cell whose outputs draw an image; the alt text is the
+    cell's ``"mystnb": {"image": {"alt": ...}}`` metadata, "" where it has none."""
+    found = []
+    for index, cell in enumerate(notebook["cells"]):
+        outputs = cell.get("outputs", [])
+        if any(mime in out.get("data", {}) for out in outputs for mime in IMAGE_TYPES):
+            alt = cell["metadata"].get("mystnb", {}).get("image", {}).get("alt", "")
+            found.append((index, str(alt).strip()))
+    return found
+
+
+def untranslated_alt_texts(notebook: dict, cat: Catalog) -> list[str]:
+    """The figures of a notebook without an alt text, or whose alt text is not a message of the
+    page's catalogue, or whose translation is missing, fuzzy or holds no Chinese character."""
+    report = []
+    for index, alt in figure_alt_texts(notebook):
+        message = cat.get(alt) if alt else None
+        if not alt:
+            report.append(f"cell {index}: no alt text")
+        elif message is None:
+            report.append(f"cell {index}: alt text not in the catalogue (run `make locales`)")
+        elif message.fuzzy or not CHINESE.search(str(message.string or "")):
+            report.append(f"cell {index}: alt text not translated: {alt[:60]!r}")
+    return report
 
 
 def docnames() -> list[str]:
@@ -77,6 +110,21 @@ def test_every_message_is_translated() -> None:
     assert not report, f"{total} messages left to translate:\n" + "\n".join(report)
 
 
+def test_every_figure_alt_text_is_in_the_catalogue_and_translated() -> None:
+    """myst-nb sets a figure's alt text from its cell's metadata after Sphinx's gettext builder
+    would have seen it; book/_ext/languages.py makes it a message of the page. Each figure needs an
+    alt text, in its page's .po file, translated into Chinese."""
+    report, figures = [], 0
+    for name in toc_notebooks():
+        notebook = json.loads((ROOT / name).read_text(encoding="utf-8"))
+        figures += len(figure_alt_texts(notebook))
+        docname = str(Path(name).with_suffix(""))
+        missing_alts = untranslated_alt_texts(notebook, catalog(docname))
+        report += [f"{docname}: {line}" for line in missing_alts]
+    assert figures > 0, "no figure found in the chapters: the test looks in the wrong place"
+    assert not report, "figure alt texts to write or translate:\n" + "\n".join(report)
+
+
 def test_translations_keep_glue_references_and_math() -> None:
     report = [
         f"{name}: {message[:80]!r}"
@@ -97,6 +145,21 @@ def test_the_checks_can_fail() -> None:
     cat.add("See {eq}`rope` and $x$.", "见 {eq}`rope` 和 $x$。")
     assert missing(cat) == (["Left to do."], ["Changed since."])
     assert changed_markup(cat) == ["The gap is {glue:text}`gap:.2f` at $m = 0$."]
+    cat.add("A red line.", "一条红线。")
+    cat.add("A blue line.", "A blue line.")
+    cat.add("A green line.", "一条绿线。", flags=["fuzzy"])
+    png = {"outputs": [{"data": {"image/png": "", "text/plain": ""}}]}
+    notebook = {
+        "cells": [
+            {"metadata": {"mystnb": {"image": {"alt": alt}}}, **png}
+            for alt in ("A red line.", "A blue line.", "A green line.", "Not extracted.")
+        ]
+        + [{"metadata": {}, **png}, {"metadata": {}, "outputs": [{"data": {"text/plain": ""}}]}]
+    }
+    assert [index for index, _ in figure_alt_texts(notebook)] == [0, 1, 2, 3, 4]
+    assert [line.split(":")[0] for line in untranslated_alt_texts(notebook, cat)] == [
+        "cell 1", "cell 2", "cell 3", "cell 4"
+    ]
 
 
 @pytest.mark.slow
