@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 from bs4 import BeautifulSoup
-from conftest import toc_files
+from conftest import toc_files, toc_notebooks
 
 REMOTE = re.compile(r"^(https?:)?//", re.IGNORECASE)
+#: A Chinese character (CJK Unified Ideographs).
+CHINESE = re.compile(r"[\u4e00-\u9fff]")
 
 
 def _pages(site: Path) -> list[Path]:
@@ -76,3 +78,48 @@ def test_mathjax_is_served_by_the_site(built_site: Path) -> None:
         assert not REMOTE.match(src), f"MathJax loaded from the network: {src}"
         local = built_site / "book" / src.split("?")[0]
         assert local.resolve().exists(), f"MathJax script {src} is not in the built site"
+
+
+def figure_alt_problems(html: str, chinese: bool) -> list[str]:
+    """The figures a code cell drew (``<img>`` in a cell's output) whose alt text is missing, is
+    the image's own file name (docutils' default), or, on a Chinese page, holds no Chinese."""
+    problems = []
+    for img in BeautifulSoup(html, "html.parser").select("div.cell_output img"):
+        src, alt = img.get("src", ""), (img.get("alt") or "").strip()
+        if not alt or alt == src or Path(src).name in alt:
+            problems.append(f"{Path(src).name}: no alt text ({alt[:40]!r})")
+        elif chinese and not CHINESE.search(alt):
+            problems.append(f"{Path(src).name}: alt text in English: {alt[:60]!r}")
+    return problems
+
+
+def test_figure_alt_problems_detector() -> None:
+    output = '<div class="cell_output docutils container">{}</div>'
+    page = "".join(
+        output.format(img)
+        for img in (
+            '<img alt="两条曲线。" src="../_images/a.png"/>',
+            '<img alt="Two curves." src="../_images/b.png"/>',
+            '<img alt="../_images/c.png" src="../_images/c.png"/>',
+            '<img src="../_images/d.png"/>',
+        )
+    ) + '<img alt="logo" src="_static/logo.png"/>'  # not a figure: outside any cell output
+    assert [p.split(":")[0] for p in figure_alt_problems(page, chinese=True)] == [
+        "b.png", "c.png", "d.png"
+    ]
+    assert [p.split(":")[0] for p in figure_alt_problems(page, chinese=False)] == ["c.png", "d.png"]
+
+
+@pytest.mark.slow
+def test_every_figure_has_an_alt_text_in_the_language_of_its_page(built_site: Path) -> None:
+    """Each figure of a chapter has an alt text in both editions, in Chinese in the Chinese one
+    (its translation comes from the page's .po file, see book/_ext/languages.py)."""
+    report, figures = [], 0
+    for name in toc_notebooks():
+        page = Path(name).with_suffix(".html").as_posix()
+        for edition, chinese in (("", False), ("zh/", True)):
+            html = (built_site / f"{edition}{page}").read_text(encoding="utf-8")
+            figures += len(BeautifulSoup(html, "html.parser").select("div.cell_output img"))
+            report += [f"{edition}{page}: {p}" for p in figure_alt_problems(html, chinese)]
+    assert figures > 0, "no figure found in any chapter page: the selector is wrong"
+    assert not report, "figures without a proper alt text:\n" + "\n".join(report)
