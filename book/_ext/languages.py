@@ -7,8 +7,9 @@ variable ``ROPE_TUTOR_LANGUAGE=zh_CN`` (`make book-zh`): this extension then set
 translation from ``locales/zh_CN/LC_MESSAGES/<docname>.po`` (compiled to ``.mo`` by Sphinx).
 Jupyter Book 1.x has no command-line option for ``language``, hence the variable. Three repairs
 make translated pages complete: the table of contents' captions are translated, glued values
-(`` {glue:text}`key` ``) work inside translated messages, and the figures' alt texts (set in a
-code cell's metadata) are extracted as messages (see each function).
+(`` {glue:text}`key` ``) work inside translated messages, and the alt texts of the figures (set in
+a code cell's metadata) and of the animations (in an output's HTML) are extracted as messages and
+translated (see each function).
 
 The English site is ``_build/html``, the Chinese one ``_build/html/zh`` (see the Makefile). Every
 page gets, above its text, a link to the same page in the other edition, and a
@@ -18,7 +19,9 @@ disk or from any host, offline.
 
 from __future__ import annotations
 
+import html
 import os
+import re
 from typing import Any
 
 #: The environment variable that selects the edition being built (unset: English).
@@ -112,6 +115,64 @@ def _translate_toctree_captions(app: Any, doctree: Any) -> None:
         node["caption"] = catalog.gettext(node["caption"])
 
 
+#: An ``alt`` attribute in an output's raw HTML (the animations of ``rope_tutor.animation_html``).
+RAW_ALT = re.compile(r'(<img\b[^>]*?\salt=")([^"]*)(")')
+
+
+def _raw_html_alt_texts(app: Any, doctree: Any) -> None:
+    """Extract and translate the alt texts inside the HTML outputs of code cells (animations).
+
+    An animation is stored as ``text/html`` (``rope_tutor.animation_html`` sets ``alt`` on its
+    frame image), a ``raw`` node that Sphinx's i18n neither extracts nor translates. In the gettext
+    build each such alt text gets an image node of its own, with a uid, so the gettext
+    builder extracts it as a message of the page; in a translated build, the alt attribute is
+    replaced by its translation from the page's catalogue (English where there is none).
+    """
+    from docutils import nodes
+
+    raws = [
+        node
+        for node in doctree.findall(nodes.raw)
+        if "html" in node.get("format", "").split() and RAW_ALT.search(node.astext())
+    ]
+    if not raws:
+        return
+    if app.builder.name == "gettext":
+        for node in raws:
+            for match in RAW_ALT.finditer(node.astext()):
+                image = nodes.image(uri="", alt=html.unescape(match.group(2)))
+                image.source, image.line = node.source or doctree.get("source"), node.line
+                image.uid = ""  # the gettext builder extracts only nodes that have a uid
+                # At the page's top level: the output's own node may lose to its text/plain twin
+                # in myst-nb's selection of one output per builder (see above).
+                doctree.append(image)
+        return
+    if edition(app.config.language) == "en":
+        return
+    catalog = _page_catalog(app)
+    if catalog is None:
+        return
+
+    def translate(match: re.Match[str]) -> str:
+        translated = catalog.gettext(html.unescape(match.group(2)))
+        return match.group(1) + html.escape(translated, quote=True) + match.group(3)
+
+    for node in raws:
+        node.replace_self(nodes.raw(node.rawsource, RAW_ALT.sub(translate, node.astext()),
+                                    **node.attributes))
+
+
+def _page_catalog(app: Any) -> Any:
+    """The translations of the page being read (``None`` if it has no catalogue)."""
+    from sphinx.locale import init as init_locale
+    from sphinx.util.i18n import docname_to_domain
+
+    domain = docname_to_domain(app.env.docname, app.config.gettext_compact)
+    dirs = [os.path.join(app.srcdir, folder) for folder in app.config.locale_dirs]
+    catalog, has_catalog = init_locale(dirs, app.config.language, domain)
+    return catalog if has_catalog else None
+
+
 #: The renderer of the notebook myst-nb parsed last (pages are read one at a time per process).
 _LATEST_RENDERER: list[Any] = []
 
@@ -186,5 +247,6 @@ def setup(app: Any) -> dict[str, Any]:
     app.connect("config-inited", _set_language)
     _glue_lookup_for_translations()
     app.connect("doctree-read", _translate_toctree_captions)
+    app.connect("doctree-read", _raw_html_alt_texts)
     app.connect("html-page-context", _language_links)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
