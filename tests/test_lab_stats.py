@@ -70,6 +70,9 @@ def test_format_and_dict() -> None:
     got = Interval(0.0123, -0.004, 0.0286, 3)
     assert got.format(signed=True) == "+0.012 [-0.004, +0.029]"
     assert got.format(2) == "0.01 [-0.00, 0.03]"
+    tiny = Interval(-0.0004, -0.02, 0.02, 3)  # a mean that rounds to zero has no sign
+    assert tiny.format(3, signed=True) == "+0.000 [-0.020, +0.020]"
+    assert tiny.format(3) == "0.000 [-0.020, 0.020]"
     assert got.to_dict(3) == {"mean": 0.012, "low": -0.004, "high": 0.029, "n": 3}
 
 

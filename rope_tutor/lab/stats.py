@@ -38,9 +38,14 @@ class Interval:
         return self.low <= value <= self.high
 
     def format(self, digits: int = 3, *, signed: bool = False) -> str:
-        """``"0.123 [0.101, 0.145]"`` (``signed``: ``"+0.012 [-0.004, +0.028]"``)."""
+        """``"0.123 [0.101, 0.145]"`` (``signed``: ``"+0.012 [-0.004, +0.028]"``).
+
+        A mean that rounds to zero prints without a minus sign (``"+0.000"``, not ``"-0.000"``);
+        a bound keeps its sign, which says on which side of zero it lies.
+        """
         spec = f"{'+' if signed else ''}.{digits}f"
-        return f"{self.mean:{spec}} [{self.low:{spec}}, {self.high:{spec}}]"
+        mean = round(self.mean, digits) + 0.0  # -0.0 + 0.0 is +0.0
+        return f"{mean:{spec}} [{self.low:{spec}}, {self.high:{spec}}]"
 
     def to_dict(self, digits: int = 5) -> dict[str, float | int]:
         return {
