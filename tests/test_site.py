@@ -125,3 +125,28 @@ def test_every_figure_has_an_alt_text_in_the_language_of_its_page(built_site: Pa
             report += [f"{edition}{page}: {p}" for p in figure_alt_problems(html, chinese)]
     assert figures > 0, "no figure found in any chapter page: the selector is wrong"
     assert not report, "figures without a proper alt text:\n" + "\n".join(report)
+
+
+#: Words of the theme and of the extensions on a chapter page, and their Chinese (from the
+#: packages' own catalogues and the project's, locales/zh_CN/LC_MESSAGES/<catalog>.po).
+THEME_WORDS = {
+    "Contents": "目录",  # the page's table of contents (sphinx-book-theme)
+    "Exercise 13.1": "练习 13.1",  # an exercise's number (sphinx-exercise)
+    "Solution": "解答",
+    "Search this book...": "搜索本书……",
+    "Repository": "代码仓库",
+    "Click to show": "点击显示",  # a hidden cell's button (sphinx-togglebutton)
+}
+
+
+@pytest.mark.slow
+def test_the_chinese_edition_shows_the_themes_words_in_chinese(built_site: Path) -> None:
+    """The theme and the extensions load their catalogues before the edition's language is set;
+    book/_ext/languages.py loads them again. Chapter 12 has every kind of word (an exercise with
+    its solution, a hidden cell); the English page is the control."""
+    page = "book/12_lab_extending_rope.html"
+    english = (built_site / page).read_text(encoding="utf-8")
+    chinese = (built_site / "zh" / page).read_text(encoding="utf-8")
+    for word, translation in THEME_WORDS.items():
+        assert word in english, f"{word!r} is no longer on the English page: update the test"
+        assert translation in chinese and word not in chinese, f"{word!r} untranslated"

@@ -5,8 +5,11 @@ notebooks (``execute_notebooks: "off"``). The Chinese one is the same build with
 variable ``ROPE_TUTOR_LANGUAGE=zh_CN`` (`make book-zh`): this extension then sets Sphinx's
 ``language`` before the documents are read, so Sphinx's own i18n replaces each message by its
 translation from ``locales/zh_CN/LC_MESSAGES/<docname>.po`` (compiled to ``.mo`` by Sphinx).
-Jupyter Book 1.x has no command-line option for ``language``, hence the variable. Three repairs
-make translated pages complete: the table of contents' captions are translated, glued values
+Jupyter Book 1.x has no command-line option for ``language``, hence the variable. Four repairs
+make translated pages complete: the theme's and the extensions' own words ("Contents",
+"Solution", the search box) are loaded in the edition's language, with the project's own
+catalogues (``locales/zh_CN/LC_MESSAGES/booktheme.po`` and the like) for the words the packages
+leave untranslated; the table of contents' captions are translated, glued values
 (`` {glue:text}`key` ``) work inside translated messages, and the alt texts of the figures (set in
 a code cell's metadata) and of the animations (in an output's HTML) are extracted as messages and
 translated (see each function).
@@ -22,6 +25,7 @@ from __future__ import annotations
 import html
 import os
 import re
+from pathlib import Path
 from typing import Any
 
 #: The environment variable that selects the edition being built (unset: English).
@@ -88,6 +92,58 @@ def _set_language(app: Any, config: Any) -> None:
         # Sphinx set up its own messages (search box, "Contents") before the extensions were
         # loaded, in the language of conf; set them up again in the edition's language.
         app._init_i18n()
+        _load_extension_catalogs(app, config)
+
+
+def _extension_catalogs() -> dict[str, Path]:
+    """The catalogues the theme and the extensions register in their ``setup()``, and where each
+    package keeps its translations (the paths their ``setup()`` passes to Sphinx)."""
+    import pydata_sphinx_theme
+    import sphinx_book_theme
+    import sphinx_exercise
+    import sphinx_togglebutton
+
+    return {
+        "booktheme": Path(sphinx_book_theme.get_html_theme_path()) / "static" / "locales",
+        "exercise": Path(sphinx_exercise.__file__).parent / "translations" / "locales",
+        "togglebutton": Path(sphinx_togglebutton.__file__).parent / "translations" / "locales",
+        "sphinx": Path(pydata_sphinx_theme.__file__).parent / "locale",
+    }
+
+
+def _load_extension_catalogs(app: Any, config: Any) -> None:
+    """Load the theme's and the extensions' catalogues again, in the edition's language.
+
+    Each package loads its catalogue in its ``setup()``, when ``language`` is still conf's
+    (English), so "Contents", "Exercise" or "Repository" would stay English. The project's own
+    catalogue of the same name (``locales/<language>/LC_MESSAGES/<catalog>.po``, compiled here)
+    comes first, so it supplies what the package leaves untranslated; the package's fills the
+    rest. Settings that the packages compute from a translated word at ``setup()`` (the toggle
+    button's hints, the search box's placeholder) are set again from the loaded catalogues.
+    """
+    from sphinx import locale
+    from sphinx.util.i18n import CatalogInfo
+
+    ours = [Path(app.srcdir, folder) for folder in config.locale_dirs]
+    for catalog, theirs in _extension_catalogs().items():
+        folders = [theirs]
+        if catalog != "sphinx":  # Sphinx's own catalogue already holds the project's messages
+            for base in ours:
+                messages = base / config.language / "LC_MESSAGES"
+                if (messages / f"{catalog}.po").is_file():
+                    CatalogInfo(str(messages), catalog, "utf-8").write_mo(config.language)
+            folders = [*ours, theirs]
+            locale.translators.pop(("general", catalog), None)
+        locale.init([str(folder) for folder in folders], config.language, catalog)
+    toggle = locale.get_translation("togglebutton")
+    config.togglebutton_hint = str(toggle("Click to show"))
+    config.togglebutton_hint_hide = str(toggle("Click to hide"))
+    search = config.html_theme_options.get("search_bar_text")
+    if search:
+        config.html_theme_options = {
+            **config.html_theme_options,
+            "search_bar_text": str(locale.get_translation("booktheme")(search)),
+        }
 
 
 def _translate_toctree_captions(app: Any, doctree: Any) -> None:
@@ -244,7 +300,9 @@ def _language_links(
 
 
 def setup(app: Any) -> dict[str, Any]:
-    app.connect("config-inited", _set_language)
+    # before the extensions' own config-inited handlers (sphinx-exercise's "Exercise %s" number
+    # format is made from a translated word there)
+    app.connect("config-inited", _set_language, priority=100)
     _glue_lookup_for_translations()
     app.connect("doctree-read", _translate_toctree_captions)
     app.connect("doctree-read", _raw_html_alt_texts)
