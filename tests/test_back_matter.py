@@ -71,6 +71,17 @@ def test_every_index_row_is_an_exercise_of_the_book() -> None:
     assert not stale, f"{INDEX.name} links to exercises that are not in the book: {stale}"
 
 
+def test_index_rows_are_in_book_order() -> None:
+    # sphinx-exercise numbers exercises in document order, chapter by chapter (Exercise 5.1, 5.2,
+    # ...): the index says it is in book order, so its rows follow that numbering.
+    labels, rows = book_exercise_labels(), index_rows()
+    book_order = [label for label in labels if label in rows]
+    index_order = [label for label in rows if label in labels]
+    assert index_order == book_order, (
+        f"{INDEX.name} rows out of book order; the book's order is {book_order}"
+    )
+
+
 REQUIRED_WORKS = {
     # key: (a word of the title, first author's family name, year)
     "vaswani2017attention": ("Attention", "Vaswani", "2017"),
