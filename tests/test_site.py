@@ -136,6 +136,7 @@ THEME_WORDS = {
     "Search this book...": "搜索本书……",
     "Repository": "代码仓库",
     "Click to show": "点击显示",  # a hidden cell's button (sphinx-togglebutton)
+    "rope-tutor: how transformers encode position": "rope-tutor：Transformer 如何编码位置",  # title
 }
 
 

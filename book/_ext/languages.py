@@ -119,7 +119,8 @@ def _load_extension_catalogs(app: Any, config: Any) -> None:
     catalogue of the same name (``locales/<language>/LC_MESSAGES/<catalog>.po``, compiled here)
     comes first, so it supplies what the package leaves untranslated; the package's fills the
     rest. Settings that the packages compute from a translated word at ``setup()`` (the toggle
-    button's hints, the search box's placeholder) are set again from the loaded catalogues.
+    button's hints, the search box's placeholder) and the site's title are set again from the
+    loaded catalogues.
     """
     from sphinx import locale
     from sphinx.util.i18n import CatalogInfo
@@ -138,11 +139,14 @@ def _load_extension_catalogs(app: Any, config: Any) -> None:
     toggle = locale.get_translation("togglebutton")
     config.togglebutton_hint = str(toggle("Click to show"))
     config.togglebutton_hint_hide = str(toggle("Click to hide"))
+    theme = locale.get_translation("booktheme")
+    if config.html_title:  # the site's title, above the navigation and in each tab's title
+        config.html_title = str(theme(config.html_title))
     search = config.html_theme_options.get("search_bar_text")
     if search:
         config.html_theme_options = {
             **config.html_theme_options,
-            "search_bar_text": str(locale.get_translation("booktheme")(search)),
+            "search_bar_text": str(theme(search)),
         }
 
 
