@@ -315,6 +315,15 @@ def _off_site(requests: list[str], site_url: str) -> list[str]:
     return [url for url in requests if not url.startswith(local)]
 
 
+def http_status(driver: Any, url: str) -> int | str:
+    """The HTTP status of ``url`` fetched from the open page (or the error, if the fetch fails)."""
+    return driver.execute_async_script(
+        "const done = arguments[1];"
+        "fetch(arguments[0]).then(r => done(r.status), e => done(String(e)));",
+        url,
+    )
+
+
 def _set_theme(driver: Any, theme: str) -> None:
     driver.execute_script(
         "document.documentElement.dataset.theme = arguments[0];"
@@ -375,11 +384,7 @@ def test_page_in_the_browser(browser: Any, site_url: str, source: str, edition: 
         if not downloads:
             problems.append("no download button for the notebook")
         for link in downloads:
-            status = browser.execute_async_script(
-                "const done = arguments[1];"
-                "fetch(arguments[0]).then(r => done(r.status), e => done(String(e)));",
-                link,
-            )
+            status = http_status(browser, link)
             if status != 200:
                 problems.append(f"download link {link} answers HTTP {status}")
     if REPOSITORY not in facts["links"]:
@@ -390,11 +395,7 @@ def test_page_in_the_browser(browser: Any, site_url: str, source: str, edition: 
     if not facts["twins"]:
         problems.append("no link to the same page in the other edition")
     for link in facts["twins"]:
-        status = browser.execute_async_script(
-            "const done = arguments[1];"
-            "fetch(arguments[0]).then(r => done(r.status), e => done(String(e)));",
-            link,
-        )
+        status = http_status(browser, link)
         if status != 200:
             problems.append(f"the link to the other edition, {link}, answers HTTP {status}")
     glyphs = browser.execute_async_script(CJK_GLYPHS)
