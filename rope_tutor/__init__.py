@@ -11,6 +11,7 @@ from rope_tutor.attention import SelfAttention, attention, causal_mask
 from rope_tutor.runtime import (
     animation_html,
     get_device,
+    glue,
     notebook_setup,
     seed_everything,
     use_book_style,

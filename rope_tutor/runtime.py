@@ -118,6 +118,39 @@ def use_book_style() -> None:
     )
 
 
+#: The MIME prefix under which myst-nb stores a glued value that is not displayed in the cell.
+GLUE_PREFIX = "application/papermill.record/"
+
+
+def glue(name: str, variable: Any, display: bool = True) -> None:
+    """Store ``variable``'s display value in the cell's output under ``name``, for the prose.
+
+    The chapters quote computed numbers in their text through myst-nb's ``{glue:text}`` role, which
+    reads what this stored. With myst-nb installed (the book's build environment) this is
+    ``myst_nb.glue`` itself. Without it (a reader on Colab, where myst-nb is not shipped and
+    nothing but the package is installed) it writes the same output myst-nb would: the value's
+    MIME bundle, each key prefixed with ``application/papermill.record/`` unless ``display``, and
+    ``metadata["scrapbook"] = {"name": name, "mime_prefix": ...}``; the tests compare the two.
+    Glue a number rounded to the digits the sentence shows, never a raw float, so that the stored
+    value is the same on every CPU.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty string, got name={name!r}")
+    if importlib.util.find_spec("myst_nb") is not None:
+        from myst_nb import glue as myst_glue
+
+        myst_glue(name, variable, display=display)
+        return
+    from IPython.core.formatters import format_display_data
+    from IPython.display import display as ipython_display
+
+    bundle, metadata = format_display_data(variable)
+    prefix = "" if display else GLUE_PREFIX
+    metadata["scrapbook"] = {"name": name, "mime_prefix": prefix}
+    bundle = {prefix + key: value for key, value in bundle.items()}
+    ipython_display(bundle, raw=True, metadata=metadata)
+
+
 def notebook_setup(seed: int = 0, *, threads: int | None = DEFAULT_THREADS) -> torch.device:
     """Seed everything, pin threads, apply the book's plot style and return the device to use."""
     seed_everything(seed, threads=threads)

@@ -136,3 +136,45 @@ def test_pinned_package_checks_presence_and_exact_version() -> None:
         ModuleNotFoundError, match=r"no_such_package_xyz==1\.0, which is not installed"
     ):
         pinned_package("no_such_package_xyz", "1.0", "data")
+
+
+def _glued_outputs(monkeypatch: pytest.MonkeyPatch, *, with_myst_nb: bool) -> list[tuple]:
+    """What ``rt.glue`` hands to IPython's display for a few values, with or without myst-nb."""
+    import IPython.display
+    import myst_nb.ext.glue
+
+    calls: list[tuple] = []
+
+    def record(*objects, **kwargs):
+        calls.append((objects, kwargs))
+
+    monkeypatch.setattr(IPython.display, "display", record)
+    monkeypatch.setattr(myst_nb.ext.glue, "ipy_display", record)
+    if not with_myst_nb:  # as on Colab: the package alone, no myst-nb
+        real_find_spec = runtime.importlib.util.find_spec
+        monkeypatch.setattr(
+            runtime.importlib.util,
+            "find_spec",
+            lambda name, *a: None if name == "myst_nb" else real_find_spec(name, *a),
+        )
+    for name, value, display in [("share", 0.95, False), ("count", 54410, False), ("n", "4T", True)]:
+        rt.glue(name, value, display=display)
+    return calls
+
+
+def test_glue_without_myst_nb_stores_what_myst_nb_stores(monkeypatch: pytest.MonkeyPatch) -> None:
+    with_myst = _glued_outputs(monkeypatch, with_myst_nb=True)
+    monkeypatch.undo()
+    without = _glued_outputs(monkeypatch, with_myst_nb=False)
+    assert len(with_myst) == 3 and without == with_myst
+    (bundle,), options = with_myst[0]
+    assert bundle == {"application/papermill.record/text/plain": "0.95"}
+    assert options["metadata"]["scrapbook"] == {
+        "name": "share",
+        "mime_prefix": "application/papermill.record/",
+    }
+
+
+def test_glue_rejects_a_bad_name() -> None:
+    with pytest.raises(ValueError, match="name must be a non-empty string, got name=''"):
+        rt.glue("", 1.0)
