@@ -157,7 +157,8 @@ def _glued_outputs(monkeypatch: pytest.MonkeyPatch, *, with_myst_nb: bool) -> li
             "find_spec",
             lambda name, *a: None if name == "myst_nb" else real_find_spec(name, *a),
         )
-    for name, value, display in [("share", 0.95, False), ("count", 54410, False), ("n", "4T", True)]:
+    glued = [("share", 0.95, False), ("count", 54410, False), ("n", "4T", True)]
+    for name, value, display in glued:
         rt.glue(name, value, display=display)
     return calls
 

@@ -42,14 +42,49 @@ def test_residual_detector() -> None:
     assert residuals("weight decay 1e-2") == []
 
 
+#: A decimal number with 8 or more significant digits (``0.9452835321426392``, ``54410.142261``):
+#: the full-precision repr of a computed float, whose last digits differ between CPUs. Numbers the
+#: book rounds (``0.95``, ``1.98551``) and integers (``786432``) have fewer.
+LONG_FLOAT = re.compile(r"(?<![\w.])-?(\d+)\.(\d+)(?:[eE][-+]?\d+)?(?![\w.])")
+FULL_PRECISION_DIGITS = 8
+
+
+def full_precision_floats(text: str) -> list[str]:
+    """The numbers in ``text`` printed at full precision (8 or more significant digits)."""
+    return [
+        match.group(0)
+        for match in LONG_FLOAT.finditer(text)
+        if len((match.group(1) + match.group(2)).lstrip("0")) >= FULL_PRECISION_DIGITS
+    ]
+
+
+def test_full_precision_detector() -> None:
+    assert full_precision_floats("0.9452835321426392") == ["0.9452835321426392"]
+    assert full_precision_floats("-0.283181090816 and 54410.14313077675") == [
+        "-0.283181090816",
+        "54410.14313077675",
+    ]
+    assert full_precision_floats("0.12890625") == ["0.12890625"]
+    assert full_precision_floats("0.95, 1.98551, 786432, 54,410, v0.2.0, 3e-4") == []
+    assert full_precision_floats("1.2345678") == ["1.2345678"]  # 8 significant digits
+    assert full_precision_floats("0.0012345678") == ["0.0012345678"]
+    assert full_precision_floats("0.001234567") == []  # 7 significant digits
+
+
+#: Where strict nbval finds text to compare: printed streams, plain-text results, and the records
+#: that myst-nb's glue stores for the prose (``application/papermill.record/text/plain``).
+PLAIN_TEXT_KEYS = ("text/plain", "application/papermill.record/text/plain")
+
+
 def _text_outputs(cell: dict) -> list[str]:
     texts = []
     for output in cell.get("outputs", []):
         if "text" in output:
             texts.append("".join(output["text"]))
-        plain = output.get("data", {}).get("text/plain")
-        if plain:
-            texts.append("".join(plain))
+        for key in PLAIN_TEXT_KEYS:
+            plain = output.get("data", {}).get(key)
+            if plain:
+                texts.append("".join(plain))
     return texts
 
 
@@ -68,4 +103,26 @@ def test_no_stored_output_prints_a_floating_point_residual(notebook: str) -> Non
     assert not offenders, (
         f"{notebook} prints floating-point residuals, which differ between CPUs; print the "
         f"asserted bound instead (e.g. 'max gap < 1e-12'): {offenders}"
+    )
+
+
+@pytest.mark.parametrize("notebook", toc_notebooks())
+def test_no_stored_output_or_glue_holds_a_full_precision_float(notebook: str) -> None:
+    """A full-precision float in a stored output, a glued value included, is compared digit by
+    digit by strict nbval, and its last digits change with the CPU (issue 22: the glued
+    ``0.9452835321426392`` of chapter 2 came out ``0.9452831745147705`` on an AMD EPYC)."""
+    cells = json.loads((ROOT / notebook).read_text(encoding="utf-8"))["cells"]
+    offenders = []
+    for index, cell in enumerate(cells):
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"])
+        if "NBVAL_IGNORE_OUTPUT" in source or "NBVAL_SKIP" in source:
+            continue  # nbval does not compare this cell
+        for text in _text_outputs(cell):
+            offenders += [f"cell {index}: {number}" for number in full_precision_floats(text)]
+    assert not offenders, (
+        f"{notebook} stores full-precision floats, which differ between CPUs; glue or print the "
+        f"number rounded to the digits the text shows (glue(name, round(value, 2), ...)): "
+        f"{offenders}"
     )
