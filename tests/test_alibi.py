@@ -129,14 +129,18 @@ def test_bias_depends_only_on_distance_and_decoding_rows_match() -> None:
 @pytest.mark.parametrize(
     ("query_len", "key_len", "block_size"), [(37, 37, 8), (13, 50, 5), (3, 3, 256)]
 )
-def test_blocked_attention_equals_materialized_bias(causal, query_len, key_len, block_size) -> None:
+def test_blocked_attention_equals_materialized_bias(
+    causal, query_len, key_len, block_size, device
+) -> None:
     torch.manual_seed(2)
     heads, head_dim = 5, 8
     q = torch.randn(2, heads, query_len, head_dim)
     k, v = torch.randn(2, 2, heads, key_len, head_dim).unbind(0)
-    blocked = alibi_attention(q, k, v, causal=causal, block_size=block_size)
     full = attention(q, k, v, bias=alibi_bias(heads, query_len, key_len, causal=causal))
-    torch.testing.assert_close(blocked, full, rtol=1e-5, atol=1e-6)
+    q, k, v = q.to(device), k.to(device), v.to(device)
+    blocked = alibi_attention(q, k, v, causal=causal, block_size=block_size)
+    assert blocked.device == q.device
+    torch.testing.assert_close(blocked.cpu(), full, rtol=1e-5, atol=1e-6)
 
 
 def test_attention_adds_the_bias_after_scaling() -> None:

@@ -78,16 +78,17 @@ def test_attention_matches_naive(return_weights: bool) -> None:
 
 
 @pytest.mark.parametrize(("query_len", "key_len"), [(5, 5), (2, 7), (1, 4)])
-def test_causal_attention_both_paths_match_naive(query_len: int, key_len: int) -> None:
+def test_causal_attention_both_paths_match_naive(query_len: int, key_len: int, device) -> None:
     q, k, v = random_qkv(query_len, key_len, seed=1)
     offset = key_len - query_len
     allowed = torch.tensor([[j <= offset + i for j in range(key_len)] for i in range(query_len)])
     expected = naive_attention(q, k, v, allowed=allowed)
+    q, k, v = q.to(device), k.to(device), v.to(device)
     fast = attention(q, k, v, causal=True)
     explicit, weights = attention(q, k, v, causal=True, return_weights=True)
-    torch.testing.assert_close(fast.double(), expected, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(explicit.double(), expected, atol=1e-5, rtol=1e-5)
-    assert torch.all(weights[..., ~allowed] == 0)
+    torch.testing.assert_close(fast.cpu().double(), expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(explicit.cpu().double(), expected, atol=1e-5, rtol=1e-5)
+    assert torch.all(weights.cpu()[..., ~allowed] == 0)
 
 
 def test_bias_is_added_to_the_logits_on_both_paths() -> None:

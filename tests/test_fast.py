@@ -66,29 +66,33 @@ def assert_agree(fast: torch.Tensor, reference: torch.Tensor, x: torch.Tensor) -
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("rotary_dim", [None, 16, 8])
 @pytest.mark.parametrize("with_out", [False, True], ids=["new", "out"])
-def test_fast_agrees_with_reference(dtype, layout, rotary_dim, with_out) -> None:
+def test_fast_agrees_with_reference(dtype, layout, rotary_dim, with_out, device) -> None:
     x = gaussian(2, 3, 40, 16, seed=1, dtype=dtype)
     positions = torch.arange(40) * 37  # up to 1443
-    reference = apply_rope(x, positions, layout=layout, rotary_dim=rotary_dim)
-    out = torch.full_like(x, float("nan")) if with_out else None
-    fast = apply_rope_fast(x, positions, layout=layout, rotary_dim=rotary_dim, out=out)
-    assert_agree(fast, reference, x)
+    reference = apply_rope(x, positions, layout=layout, rotary_dim=rotary_dim)  # on the CPU
+    x_on, positions_on = x.to(device), positions.to(device)
+    out = torch.full_like(x_on, float("nan")) if with_out else None
+    fast = apply_rope_fast(x_on, positions_on, layout=layout, rotary_dim=rotary_dim, out=out)
+    assert fast.device == x_on.device
+    assert_agree(fast.cpu(), reference, x)
     if with_out:
         assert fast is out
     if rotary_dim == 8:  # the pass-through features are copied exactly
-        assert torch.equal(fast[..., 8:], x[..., 8:])
+        assert torch.equal(fast[..., 8:].cpu(), x[..., 8:])
 
 
 @pytest.mark.parametrize("name", list(SCALINGS))
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_fast_agrees_with_reference_for_every_scaling(name, layout, dtype) -> None:
+def test_fast_agrees_with_reference_for_every_scaling(name, layout, dtype, device) -> None:
     x = gaussian(1, 2, 50, 20, seed=2, dtype=dtype)
     positions = torch.arange(50) * 3  # up to 147: past the trained window of 32
     kwargs = {"base": 500.0, "layout": layout, "scaling": SCALINGS[name], "rotary_dim": 16}
-    reference = apply_rope(x, positions, **kwargs)
-    assert_agree(apply_rope_fast(x, positions, **kwargs), reference, x)
-    assert_agree(apply_rope_fast(x, positions, **kwargs, out=torch.empty_like(x)), reference, x)
+    reference = apply_rope(x, positions, **kwargs)  # on the CPU
+    x_on, positions_on = x.to(device), positions.to(device)
+    assert_agree(apply_rope_fast(x_on, positions_on, **kwargs).cpu(), reference, x)
+    out = torch.empty_like(x_on)
+    assert_agree(apply_rope_fast(x_on, positions_on, **kwargs, out=out).cpu(), reference, x)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -136,11 +140,12 @@ def test_positions_default_to_zero_to_seq_minus_one() -> None:
     assert torch.equal(apply_rope_fast(x), apply_rope_fast(x, torch.arange(12)))
 
 
-def test_input_is_not_modified_and_gradients_flow() -> None:
+def test_input_is_not_modified_and_gradients_flow(device: str) -> None:
     for layout in LAYOUTS:
-        x = gaussian(2, 10, 8, seed=9, dtype=torch.float64).requires_grad_()
+        x = gaussian(2, 10, 8, seed=9, dtype=torch.float64).to(device).requires_grad_()
         before = x.detach().clone()
-        apply_rope_fast(x, torch.arange(10), layout=layout).square().sum().backward()
+        positions = torch.arange(10, device=device)
+        apply_rope_fast(x, positions, layout=layout).square().sum().backward()
         assert torch.equal(x.detach(), before)
         # The rotation is orthogonal: d/dx |R x|^2 = 2 x.
         torch.testing.assert_close(x.grad, 2 * before, rtol=0, atol=1e-12)

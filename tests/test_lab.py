@@ -66,6 +66,33 @@ def test_changing_a_future_byte_never_changes_an_earlier_output(encoding: str) -
     assert not torch.allclose(before[:, 20:], after[:, 20:], atol=1e-4)  # the change is seen
 
 
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_forward_and_backward_are_causal_on_the_device(encoding: str, device: str) -> None:
+    """On each device: the logits equal the CPU's, and in the backward pass the outputs before
+    position 20 send no gradient to the inputs at positions 20 and later (and some to earlier)."""
+    model = make_model(encoding)
+    tokens = random_tokens(2, 32)
+    with torch.no_grad():
+        on_cpu = model(tokens)
+    model = model.to(device)
+    inputs: list[torch.Tensor] = []
+
+    def leaf(module, args, output):  # the embedded bytes, as a leaf we can differentiate against
+        inputs.append(output.detach().requires_grad_())
+        return inputs[-1]
+
+    handle = model.embed.register_forward_hook(leaf)
+    try:
+        logits = model(tokens.to(device))
+    finally:
+        handle.remove()
+    assert logits.device.type == device
+    torch.testing.assert_close(logits.detach().cpu(), on_cpu, rtol=1e-4, atol=1e-4)
+    (grad,) = torch.autograd.grad(logits[:, :20].square().sum(), inputs)
+    assert torch.equal(grad[:, 20:], torch.zeros_like(grad[:, 20:]))
+    assert (grad[:, :20].abs().sum(-1) > 0).all()
+
+
 @pytest.mark.parametrize("encoding", [e for e in ENCODINGS if e != "none"])
 def test_each_encoding_gives_the_model_word_order(encoding: str) -> None:
     # With one layer and no position encoding, the last output depends on the earlier bytes only

@@ -118,7 +118,7 @@ def _fast_into_a_buffer(x: torch.Tensor, positions: torch.Tensor, **kwargs) -> t
     ids=["apply_rope", "apply_rope_fast", "apply_rope_fast-out"],
 )
 @pytest.mark.parametrize("base", [10000.0, 500000.0])
-def test_rope_matches_hf_llama(rotate, base: float) -> None:
+def test_rope_matches_hf_llama(rotate, base: float, device: str) -> None:
     """The Part II reference and the Part VI fast path against Hugging Face's Llama code."""
     batch, heads, seq, head_dim = 2, 3, 40, 32
     config = LlamaConfig(
@@ -126,10 +126,10 @@ def test_rope_matches_hf_llama(rotate, base: float) -> None:
         num_attention_heads=heads,
         rope_parameters={"rope_type": "default", "rope_theta": base},
     )
-    hf_rotary = LlamaRotaryEmbedding(config)
-    q = gaussian(batch, heads, seq, head_dim, seed=3, dtype=torch.float32)
-    k = gaussian(batch, heads, seq, head_dim, seed=4, dtype=torch.float32)
-    positions = torch.arange(seq) * 50  # up to 1950
+    hf_rotary = LlamaRotaryEmbedding(config).to(device)
+    q = gaussian(batch, heads, seq, head_dim, seed=3, dtype=torch.float32).to(device)
+    k = gaussian(batch, heads, seq, head_dim, seed=4, dtype=torch.float32).to(device)
+    positions = torch.arange(seq, device=device) * 50  # up to 1950
     cos, sin = hf_rotary(q, positions[None].expand(batch, seq))  # (batch, seq, head_dim)
     hf_q, hf_k = apply_rotary_pos_emb(q, k, cos, sin)
 
@@ -155,7 +155,7 @@ def test_rotary_embedding_module_matches_hf_llama(base: float) -> None:
     torch.testing.assert_close(ours_k, hf_k, rtol=0, atol=2e-4)
 
 
-def test_partial_rotary_matches_hf_gpt_neox() -> None:
+def test_partial_rotary_matches_hf_gpt_neox(device: str) -> None:
     heads, seq, head_dim, factor = 2, 12, 32, 0.25
     config = GPTNeoXConfig(
         hidden_size=heads * head_dim,
@@ -166,9 +166,9 @@ def test_partial_rotary_matches_hf_gpt_neox() -> None:
             "partial_rotary_factor": factor,
         },
     )
-    q = gaussian(1, heads, seq, head_dim, seed=5, dtype=torch.float32)
-    positions = torch.arange(seq) + 7
-    cos, sin = GPTNeoXRotaryEmbedding(config)(q, positions[None])
+    q = gaussian(1, heads, seq, head_dim, seed=5, dtype=torch.float32).to(device)
+    positions = torch.arange(seq, device=device) + 7
+    cos, sin = GPTNeoXRotaryEmbedding(config).to(device)(q, positions[None])
     hf_q, _ = neox_apply_rotary_pos_emb(q, q, cos, sin)
 
     rotary_dim = int(head_dim * factor)
@@ -186,12 +186,13 @@ def test_partial_rotary_test_vector() -> None:
     torch.testing.assert_close(got, torch.tensor(expected, dtype=torch.float64))
 
 
-def test_interleaved_matches_meta_complex() -> None:
+def test_interleaved_matches_meta_complex(device: str) -> None:
     batch, seq, heads, head_dim = 2, 64, 3, 16
     x = gaussian(batch, seq, heads, head_dim, seed=6, dtype=torch.float32)
-    expected = meta_apply_rotary_emb(x, meta_precompute_freqs_cis(head_dim, seq))
+    expected = meta_apply_rotary_emb(x, meta_precompute_freqs_cis(head_dim, seq)).to(device)
+    x = x.to(device)
     ours_layout = x.transpose(1, 2)  # (batch, heads, seq, head_dim): ours rotates along dim -2
-    positions = torch.arange(seq)
+    positions = torch.arange(seq, device=device)
     for ours in (
         apply_rope(ours_layout, positions, layout="interleaved"),
         apply_rope_complex(ours_layout, positions),
@@ -321,12 +322,17 @@ def test_layouts_differ_without_the_permutation() -> None:
 
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
-def test_bfloat16_agrees_with_float64_at_long_positions(layout: str) -> None:
+def test_bfloat16_agrees_with_float64_at_long_positions(layout: str, device: str) -> None:
     dim, seq = 64, 257
     x64 = gaussian(2, seq, dim, seed=9)
     x16 = x64.to(torch.bfloat16)
     positions = torch.linspace(0, 100_000, seq).round().long()
     reference = apply_rope(x16.double(), positions, layout=layout)
+    for rotate in (apply_rope, apply_rope_fast):  # on the device, angles still in float32
+        on_device = rotate(x16.to(device), positions.to(device), layout=layout)
+        assert on_device.dtype == torch.bfloat16 and on_device.device.type == device
+        pair_norm = x16.double().abs().amax(dim=-1, keepdim=True) * math.sqrt(2)
+        assert ((on_device.cpu().double() - reference).abs() <= 2 * 2**-8 * pair_norm).all()
     got = apply_rope(x16, positions, layout=layout)
     assert got.dtype == torch.bfloat16
     # bfloat16 keeps 8 significant bits: allow two units of 2^-8 relative to the pair's length.
@@ -360,14 +366,15 @@ def test_float64_input_uses_float64_angles() -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
-def test_shape_and_dtype_preserved(dtype: torch.dtype) -> None:
-    x = gaussian(2, 3, 5, 8, seed=11).to(dtype)
+def test_shape_and_dtype_preserved(dtype: torch.dtype, device: str) -> None:
+    x = gaussian(2, 3, 5, 8, seed=11).to(device=device, dtype=dtype)
+    positions = torch.arange(5, device=device)
     for layout in ("half", "interleaved"):
-        out = apply_rope(x, torch.arange(5), layout=layout)
-        assert out.shape == x.shape and out.dtype == dtype
-    q, k = RotaryEmbedding(8)(x, x, torch.arange(5))
-    assert q.dtype == k.dtype == dtype
-    assert apply_rope_complex(x, torch.arange(5)).dtype == dtype
+        out = apply_rope(x, positions, layout=layout)
+        assert out.shape == x.shape and out.dtype == dtype and out.device == x.device
+    q, k = RotaryEmbedding(8).to(device)(x, x, positions)
+    assert q.dtype == k.dtype == dtype and q.device == x.device
+    assert apply_rope_complex(x, positions).dtype == dtype
 
 
 def test_position_zero_is_identity_and_float_positions_interpolate() -> None:
@@ -442,16 +449,17 @@ YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 
 
 
 @pytest.mark.parametrize("setting", [DYNAMIC, YARN], ids=["dynamic", "yarn"])
-def test_scaling_is_wired_through_rope_parameters(setting: dict) -> None:
+def test_scaling_is_wired_through_rope_parameters(setting: dict, device: str) -> None:
     # Positions up to 11: a scaling method sees seq_len = 12, past the trained window of 8.
     x = gaussian(2, 6, seed=15)
     positions = [4, 11]
     inv_freq, factor = rope_tutor.scaling.rope_parameters(6, 100.0, setting, seq_len=12)
     expected = rotate_by_hand(x, positions, inv_freq, factor)
-    got = apply_rope(x, positions, base=100.0, scaling=setting)
+    got = apply_rope(x.to(device), positions, base=100.0, scaling=setting).cpu()
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
-    q, _ = RotaryEmbedding(6, base=100.0, scaling=setting)(x, x, torch.tensor(positions))
-    torch.testing.assert_close(q, expected, rtol=0, atol=1e-12)
+    rotary = RotaryEmbedding(6, base=100.0, scaling=setting).to(device)
+    q, _ = rotary(x.to(device), x.to(device), torch.tensor(positions, device=device))
+    torch.testing.assert_close(q.cpu(), expected, rtol=0, atol=1e-12)
     if setting is DYNAMIC:  # the length matters: seq_len 11 would give other frequencies
         other, _ = rope_tutor.scaling.rope_parameters(6, 100.0, setting, seq_len=11)
         assert not torch.allclose(rotate_by_hand(x, positions, other, 1.0), got)

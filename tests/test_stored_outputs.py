@@ -9,7 +9,11 @@ bound they asserted instead (``max gap < 1e-12``). This test scans every stored 
 from __future__ import annotations
 
 import json
+import os
+import platform
 import re
+import shutil
+import subprocess
 
 import pytest
 from conftest import ROOT, toc_notebooks
@@ -126,3 +130,37 @@ def test_no_stored_output_or_glue_holds_a_full_precision_float(notebook: str) ->
         f"number rounded to the digits the text shows (glue(name, round(value, 2), ...)): "
         f"{offenders}"
     )
+
+
+# -- the dynamic check: outputs stored on one vector code path, compared on another ---------------
+
+X86 = platform.machine().lower() in ("x86_64", "amd64")
+AVX2_PINS = ("ATEN_CPU_CAPABILITY=avx2", "MKL_ENABLE_INSTRUCTIONS=AVX2", "ONEDNN_MAX_CPU_ISA=AVX2")
+
+
+def _dry_run(*target: str) -> str:
+    result = subprocess.run(
+        ["make", "-n", *target], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True
+    )
+    return result.stdout.replace("\\\n", " ")  # one line per command
+
+
+@pytest.mark.skipif(not X86 or shutil.which("make") is None, reason="AVX2 pins are x86-64 only")
+def test_make_test_compares_on_avx2_what_make_execute_stored_unpinned() -> None:
+    pytest_line = next(line for line in _dry_run("test").splitlines() if "-m pytest" in line)
+    assert all(pin in pytest_line for pin in AVX2_PINS), pytest_line
+    execute = "\n".join(
+        line for line in _dry_run("execute", "NB=book/00_preface.ipynb").splitlines()
+        if "nbconvert" in line
+    )
+    for variable in ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA"):
+        assert f"-u {variable}" in execute, execute
+
+
+@pytest.mark.skipif(os.environ.get("ROPE_TUTOR_FULL_RUN") != "1" or not X86, reason="make test")
+def test_this_run_of_make_test_is_on_the_avx2_code_path() -> None:
+    import torch
+
+    assert os.environ.get("ATEN_CPU_CAPABILITY") == "avx2"
+    # AVX2, or less on a CPU without it (then the stored outputs' path was no wider either)
+    assert torch.backends.cpu.get_cpu_capability() in ("AVX2", "DEFAULT", "NO AVX")
