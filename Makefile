@@ -38,7 +38,8 @@ ifneq ($(filter x86_64 amd64 AMD64,$(shell uname -m)),)
 TEST_ISA := ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
 endif
 
-.PHONY: book book-en book-zh gettext locales test quick lab execute lint clean browser reader
+.PHONY: book book-en book-zh gettext locales test quick lab execute lint clean browser reader \
+	gpu-bundle gpu-check
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -111,12 +112,12 @@ reader: $(STAMP)
 # One pytest run: unit tests, strict nbval on the reader's copies of every chapter (each notebook
 # executes exactly once), and the site built from the outputs nbval has just verified.
 test: $(STAMP) browser reader
-	$(BIN)/ruff check rope_tutor tests book
+	$(BIN)/ruff check rope_tutor tests book .ci
 	$(TEST_ISA) ROPE_TUTOR_FULL_RUN=1 ROPE_TUTOR_READER_SITE=$(abspath $(READER)/site) \
 	  PYTHONPATH=$(abspath $(READER)/site) $(BIN)/python -m pytest tests $(READER)/chapters
 
 quick: $(STAMP)
-	$(BIN)/ruff check rope_tutor tests book
+	$(BIN)/ruff check rope_tutor tests book .ci
 	$(BIN)/python -m pytest -m "not slow" tests $(QUICK_NB)
 
 lab: $(STAMP)
@@ -128,8 +129,33 @@ execute: $(STAMP)
 		--ExecutePreprocessor.timeout=600 --ExecutePreprocessor.kernel_name=python3 \
 		--ExecutePreprocessor.record_timing=False "$(NB)"
 
+# The GPU route (issue 22). `make gpu-bundle`, here, with a network: the wheels a GPU machine without
+# one lacks for the checks (nbval, ipykernel and their dependencies; rotary-embedding-torch, einops
+# and liger-kernel without theirs, which are torch and triton), for GPU_PYTHON on x86-64 Linux, into
+# .gpu/wheels, and the commit into .gpu/COMMIT, since the copy of the tree has no git history.
+# Bring the tree and .gpu/ (about 20 MB) to the GPU machine, then run `make gpu-check` there: the
+# checks of .ci/gpu_check.py, within 5 minutes, results and log in rope_tutor/results/gpu/.
+GPU_PYTHON ?= 3.12
+GPU_WHEELS := nbval==0.11.0 ipykernel==7.4.0 hypothesis==6.170.15
+GPU_WHEELS_NO_DEPS := rotary-embedding-torch==0.9.1 einops==0.8.2 liger-kernel==0.8.5
+GPU_PLATFORMS := $(addprefix --platform ,manylinux_2_28_x86_64 manylinux_2_17_x86_64 \
+	manylinux2014_x86_64 linux_x86_64)
+gpu-bundle:
+	rm -rf .gpu
+	mkdir -p .gpu/wheels
+	{ git rev-parse HEAD; if [ -n "$$(git status --porcelain)" ]; then \
+	  echo "with uncommitted changes"; fi; } > .gpu/COMMIT
+	$(PYTHON) -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
+		--python-version $(GPU_PYTHON) $(GPU_PLATFORMS) -d .gpu/wheels $(GPU_WHEELS)
+	$(PYTHON) -m pip download --quiet --disable-pip-version-check --only-binary=:all: --no-deps \
+		--python-version $(GPU_PYTHON) $(GPU_PLATFORMS) -d .gpu/wheels $(GPU_WHEELS_NO_DEPS)
+	@du -sh .gpu | sed 's/^/gpu bundle: /'
+
+gpu-check:
+	$(PYTHON) .ci/gpu_check.py
+
 lint: $(STAMP)
-	$(BIN)/ruff check rope_tutor tests book
+	$(BIN)/ruff check rope_tutor tests book .ci
 
 clean:
 	rm -rf _build

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from sphinx_external_toc.parsing import parse_toc_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 COLLECTED_NOTEBOOKS = pytest.StashKey[set[str]]()
@@ -27,8 +26,11 @@ def toc_files() -> list[str]:
     """Every file named in _toc.yml (root included), in reading order, as paths relative to the
     repository root with the suffix of the file that exists (.ipynb or .md).
 
-    The table of contents is read by ``sphinx_external_toc``, the parser Jupyter Book itself uses.
+    The table of contents is read by ``sphinx_external_toc``, the parser Jupyter Book itself uses
+    (imported here, not at the top: a GPU machine runs the unit tests without the book's tools).
     """
+    from sphinx_external_toc.parsing import parse_toc_yaml
+
     site_map = parse_toc_yaml(str(ROOT / "_toc.yml"))
     names: list[str] = []
 
