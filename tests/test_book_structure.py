@@ -100,7 +100,7 @@ def test_every_published_address_has_a_page_in_the_site(built_site: Path) -> Non
 # --- the release the chapters install -----------------------------------------------------------
 
 INSTALL = re.compile(
-    r"%pip install -q \"rope-tutor @ git\+https://github\.com/rope-tutor/rope-tutor@v([^\"]+)\""
+    r"%pip install -q \"rope-tutor(?:\[\w+\])? @ git\+https://github\.com/rope-tutor/rope-tutor@v([^\"]+)\""
 )
 
 
