@@ -15,12 +15,7 @@ from typing import Any
 
 import torch
 
-from rope_tutor.rope import (
-    _check_rope_arguments,
-    _compute_dtype,
-    _cos_sin,
-    _seq_len,
-)
+from rope_tutor.rope import check_rope_arguments, compute_dtype, context_length, rope_cos_sin
 from rope_tutor.scaling import rope_parameters
 
 __all__ = ["apply_rope_fast"]
@@ -99,9 +94,9 @@ def _tables(
     its rotary module (``RotaryEmbedding`` does).
     """
     inv_freq, attention_factor = rope_parameters(
-        rotary_dim, base, scaling, seq_len=_seq_len(positions)
+        rotary_dim, base, scaling, seq_len=context_length(positions)
     )
-    cos, sin = _cos_sin(positions, inv_freq, attention_factor, compute)
+    cos, sin = rope_cos_sin(positions, inv_freq, attention_factor, compute)
     cos_both = torch.cat((cos, cos), dim=-1)  # (seq, r): the cos of both halves
     rotation = torch.complex(cos, sin)  # (seq, r/2): e^(i m theta_i), scaled
     return cos, sin, cos_both, rotation
@@ -271,7 +266,7 @@ def apply_rope_fast(
     """
     if positions is None and isinstance(x, torch.Tensor) and x.dim() >= 2:
         positions = torch.arange(x.shape[-2], device=x.device)
-    x, positions, base, layout, rotary_dim = _check_rope_arguments(
+    x, positions, base, layout, rotary_dim = check_rope_arguments(
         x, positions, base, layout, rotary_dim
     )
     if out is not None:
@@ -281,7 +276,7 @@ def apply_rope_fast(
                 x, positions, base=base, layout=layout, scaling=scaling, rotary_dim=rotary_dim
             )
             return out.copy_(rotated)  # autograd sees one copy into out
-    tables = _tables(positions, rotary_dim, base, scaling, _compute_dtype(x.dtype))
+    tables = _tables(positions, rotary_dim, base, scaling, compute_dtype(x.dtype))
     if rotary_dim == x.shape[-1]:
         return _rotate_fast(x, tables, layout, out)
     if out is None:
