@@ -15,53 +15,11 @@ from typing import Any
 
 import torch
 
+from rope_tutor.outputs import check_out
 from rope_tutor.rope import check_rope_arguments, compute_dtype, context_length, rope_cos_sin
 from rope_tutor.scaling import rope_parameters
 
 __all__ = ["apply_rope_fast"]
-
-
-def _check_out(out: Any, x: torch.Tensor) -> torch.Tensor:
-    """``out`` if it can receive the result for ``x``: same shape, dtype and device, no overlap."""
-    if not isinstance(out, torch.Tensor):
-        raise ValueError(f"out must be a tensor or None, got out={out!r:.80}")
-    expected = f"expected shape {tuple(x.shape)}, dtype {x.dtype} on {x.device} (those of x)"
-    if out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
-        raise ValueError(
-            f"out has shape {tuple(out.shape)}, dtype {out.dtype} on {out.device}; {expected}"
-        )
-    if any(stride == 0 and size > 1 for stride, size in zip(out.stride(), out.shape, strict=True)):
-        raise ValueError(
-            f"out has a broadcast (stride 0) dim, strides {out.stride()}: several results would "
-            "land on one element; expected a tensor with its own memory"
-        )
-    if out.requires_grad and out.is_leaf and torch.is_grad_enabled():
-        raise ValueError(
-            "out is a leaf tensor that requires grad, which cannot be written in place; expected "
-            "a tensor without requires_grad (for example torch.empty_like(x))"
-        )
-    if _may_overlap(out, x):
-        raise ValueError(
-            "out overlaps x in memory: the rotation reads x while it writes out; expected a "
-            "separate tensor (for example torch.empty_like(x))"
-        )
-    return out
-
-
-def _may_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """True if the byte ranges that ``a`` and ``b`` span in one storage intersect (conservative)."""
-    if a.numel() == 0 or b.numel() == 0:
-        return False
-    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
-        return False
-
-    def byte_range(t: torch.Tensor) -> tuple[int, int]:
-        start = t.storage_offset() * t.element_size()
-        span = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
-        return start, start + (span + 1) * t.element_size()
-
-    (a_start, a_stop), (b_start, b_stop) = byte_range(a), byte_range(b)
-    return a_start < b_stop and b_start < a_stop
 
 
 #: Elements of x per block on the CPU with one thread: 2**17 float32 values are 512 KiB, so a
@@ -270,7 +228,7 @@ def apply_rope_fast(
         x, positions, base, layout, rotary_dim
     )
     if out is not None:
-        out = _check_out(out, x)
+        out = check_out(out, x)
         if x.requires_grad and torch.is_grad_enabled():  # out= kernels are not differentiable
             rotated = apply_rope_fast(
                 x, positions, base=base, layout=layout, scaling=scaling, rotary_dim=rotary_dim
