@@ -6,6 +6,10 @@ same arguments, checks and angles, computed with less memory traffic: applying R
 memory-bound, so what counts is the bytes moved and the buffers allocated. This module imports
 Part II (``rope_tutor.rope``) and Part IV's registry; neither imports it. The tests prove that
 both functions agree for every layout, dtype, ``rotary_dim`` and scaling method.
+
+On a CUDA GPU the work is the Triton kernel's (``rope_tutor.triton_rope``, which this module
+imports; triton itself is imported only when the kernel first runs): one launch, angles formed in
+the kernel, no host-device synchronisation. The blocked loops below are the CPU's form.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import torch
 from rope_tutor.outputs import check_out
 from rope_tutor.rope import check_rope_arguments, compute_dtype, context_length, rope_cos_sin
 from rope_tutor.scaling import rope_parameters
+from rope_tutor.triton_rope import apply_rope_triton, kernel_applies
 
 __all__ = ["apply_rope_fast"]
 
@@ -218,10 +223,20 @@ def apply_rope_fast(
     write would), a new tensor otherwise. Differentiable either way (with ``out``, through one
     copy into it, so an ``x`` that requires grad costs a temporary).
 
+    On CUDA, for float32, bfloat16 and float16 with triton installed, the Triton kernel does the
+    work (``apply_rope_triton``: the same values, one launch, no host-device synchronisation
+    except for Dynamic NTK and LongRoPE, which need the length on the host; bad position values
+    then fail the CUDA stream through a device-side assert instead of raising here, and
+    ``positions`` may also be ``(batch, seq)``). Everywhere else the code below runs.
+
     Raises ``ValueError`` like ``apply_rope``, and ``ValueError`` naming ``out`` and what was
     expected when ``out`` does not have ``x``'s shape, dtype and device, has a broadcast (stride
     0) dim, overlaps ``x`` in memory, or is a leaf tensor that requires grad.
     """
+    if isinstance(x, torch.Tensor) and x.device.type == "cuda" and kernel_applies(x):
+        return apply_rope_triton(
+            x, positions, base=base, layout=layout, scaling=scaling, rotary_dim=rotary_dim, out=out
+        )
     if positions is None and isinstance(x, torch.Tensor) and x.dim() >= 2:
         positions = torch.arange(x.shape[-2], device=x.device)
     x, positions, base, layout, rotary_dim = check_rope_arguments(
