@@ -61,6 +61,8 @@ def _rotate_tile(
     HALF: tl.constexpr,
     REST: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
     BLOCK_REST: tl.constexpr,
     INTERLEAVED: tl.constexpr,
     COPY_REST: tl.constexpr,
@@ -73,22 +75,30 @@ def _rotate_tile(
     o_row = b.to(tl.int64) * stride_ob + hs[:, None].to(tl.int64) * stride_oh
     o_row += rows[None, :].to(tl.int64) * stride_os
     ok = (hs[:, None] < heads) & row_ok[None, :]
-    mask = ok[:, :, None] & pair_ok[None, None, :]
-    if INTERLEAVED:  # pair i: features 2i and 2i + 1
-        first, second = 2 * pairs, 2 * pairs + 1
-    else:  # pair i: features i and i + r/2
-        first, second = pairs, pairs + HALF
-    x1 = tl.load(X + x_row[:, :, None] + first[None, None, :] * stride_xd, mask=mask, other=0.0)
-    x2 = tl.load(X + x_row[:, :, None] + second[None, None, :] * stride_xd, mask=mask, other=0.0)
-    x1 = x1.to(tl.float32)
-    x2 = x2.to(tl.float32)
+    dtype = OUT.dtype.element_ty
     c = cos[None, :, :]
     s = sin[None, :, :]
-    out1 = x1 * c - x2 * s
-    out2 = x2 * c + x1 * s
-    dtype = OUT.dtype.element_ty
-    tl.store(OUT + o_row[:, :, None] + first[None, None, :] * stride_od, out1.to(dtype), mask=mask)
-    tl.store(OUT + o_row[:, :, None] + second[None, None, :] * stride_od, out2.to(dtype), mask=mask)
+    if INTERLEAVED:  # pair i: features 2i and 2i + 1, loaded as one contiguous row, then split
+        features = tl.arange(0, 2 * BLOCK_HALF)
+        row_mask = ok[:, :, None] & (features < 2 * HALF)[None, None, :]
+        x = tl.load(
+            X + x_row[:, :, None] + features[None, None, :] * stride_xd, mask=row_mask, other=0.0
+        )
+        x1, x2 = tl.split(tl.reshape(x.to(tl.float32), (BLOCK_H, BLOCK_S, BLOCK_HALF, 2)))
+        out = tl.join(x1 * c - x2 * s, x2 * c + x1 * s)  # (..., BLOCK_HALF, 2): pairs again
+        out = tl.reshape(out, (BLOCK_H, BLOCK_S, 2 * BLOCK_HALF))
+        where = o_row[:, :, None] + features[None, None, :] * stride_od
+        tl.store(OUT + where, out.to(dtype), mask=row_mask)
+    else:  # pair i: features i and i + r/2, two contiguous halves
+        mask = ok[:, :, None] & pair_ok[None, None, :]
+        first = x_row[:, :, None] + pairs[None, None, :] * stride_xd
+        second = x_row[:, :, None] + (pairs + HALF)[None, None, :] * stride_xd
+        x1 = tl.load(X + first, mask=mask, other=0.0).to(tl.float32)
+        x2 = tl.load(X + second, mask=mask, other=0.0).to(tl.float32)
+        out_first = o_row[:, :, None] + pairs[None, None, :] * stride_od
+        out_second = o_row[:, :, None] + (pairs + HALF)[None, None, :] * stride_od
+        tl.store(OUT + out_first, (x1 * c - x2 * s).to(dtype), mask=mask)
+        tl.store(OUT + out_second, (x2 * c + x1 * s).to(dtype), mask=mask)
     if COPY_REST:  # the features past rotary_dim pass through (not needed in place)
         rest = tl.arange(0, BLOCK_REST)
         rest_mask = ok[:, :, None] & (rest < REST)[None, None, :]
@@ -173,14 +183,14 @@ def rope_qk_kernel(
             Q, OUT_Q, stride_qb, stride_qh, stride_qs, stride_qd,
             stride_oqb, stride_oqh, stride_oqs, stride_oqd,
             b, pid_h * BLOCK_H, q_heads, rows, row_ok, pairs, pair_ok, cos, sin,
-            HALF, REST, BLOCK_H, BLOCK_REST, INTERLEAVED, COPY_REST,
+            HALF, REST, BLOCK_H, BLOCK_S, BLOCK_HALF, BLOCK_REST, INTERLEAVED, COPY_REST,
         )  # fmt: skip
     else:
         _rotate_tile(
             K, OUT_K, stride_kb, stride_kh, stride_ks, stride_kd,
             stride_okb, stride_okh, stride_oks, stride_okd,
             b, (pid_h - q_chunks) * BLOCK_H, k_heads, rows, row_ok, pairs, pair_ok, cos, sin,
-            HALF, REST, BLOCK_H, BLOCK_REST, INTERLEAVED, COPY_REST,
+            HALF, REST, BLOCK_H, BLOCK_S, BLOCK_HALF, BLOCK_REST, INTERLEAVED, COPY_REST,
         )  # fmt: skip
 
 

@@ -82,6 +82,63 @@ def test_kernel_agrees_with_reference_in_the_interpreter(tmp_path: Path) -> None
     assert counts["tests"] >= 120, counts  # every case ran (none skipped, none lost)
 
 
+#: Compiles the kernel for an H100 (sm_90) without one: strides of 1 and 0 and divisibility by 16
+#: specialised as a launch on contiguous (batch, heads, seq, dim) tensors specialises them.
+COMPILE_FOR_H100 = """
+import inspect, re, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from rope_tutor.rope_kernel import rope_qk_kernel
+
+names = list(inspect.signature(rope_qk_kernel.fn).parameters)
+for dtype, interleaved in (("bf16", False), ("bf16", True), ("fp32", False)):
+    signature, constants, attributes = {}, {}, {}
+    for i, name in enumerate(names):
+        if name in ("Q", "K", "OUT_Q", "OUT_K", "POSITIONS", "INV_FREQ"):
+            kind = {"POSITIONS": "i64", "INV_FREQ": "fp32"}.get(name, dtype)
+            signature[name] = "*" + kind
+            attributes[(i,)] = [["tt.divisibility", 16]]
+        elif name == "attention_factor":
+            signature[name] = "fp32"
+        elif name.startswith("stride") and (name.endswith("d") or name == "stride_ps"):
+            signature[name], constants[name] = "constexpr", 1
+        elif name == "stride_pb":
+            signature[name], constants[name] = "constexpr", 0
+        elif name.startswith("stride"):
+            signature[name] = "i32"
+            attributes[(i,)] = [["tt.divisibility", 16]]
+        else:
+            signature[name] = "constexpr" if name.isupper() else "i32"
+    constants.update(HALF=64, REST=0, BLOCK_H=2, BLOCK_S=16, BLOCK_HALF=64, BLOCK_REST=1,
+                     INTERLEAVED=interleaved, CONJUGATE=False, HAS_POSITIONS=True, COPY_REST=False)
+    source = ASTSource(
+        fn=rope_qk_kernel, signature=signature, attrs=attributes,
+        constexprs={(names.index(k),): v for k, v in constants.items()},
+    )
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    ptx = compiled.asm["ptx"]
+    vector_loads = len(re.findall(r"ld\\.global[^\\n]*\\.v4", ptx))
+    vector_stores = len(re.findall(r"st\\.global[^\\n]*\\.v4", ptx))
+    approximate = "sin.approx" in ptx or "cos.approx" in ptx
+    print(dtype, interleaved, vector_loads, vector_stores, approximate)
+"""
+
+
+@needs_triton
+def test_kernel_compiles_for_an_h100_with_vector_loads_and_exact_sin_cos() -> None:
+    # No GPU needed: Triton compiles to PTX for sm_90 here. Each thread must move 16-byte vectors
+    # (the half layout's two halves and the interleaved layout's whole rows), and sin and cos must
+    # be libdevice's (not sin.approx, whose error grows with the angle: positions reach 8191).
+    result = run_python(COMPILE_FOR_H100)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    lines = [line.split() for line in result.stdout.strip().splitlines()]
+    assert len(lines) == 3, result.stdout
+    for dtype, interleaved, vector_loads, vector_stores, approximate in lines:
+        assert int(vector_loads) >= 8 and int(vector_stores) >= 8, (dtype, interleaved)
+        assert approximate == "False", (dtype, interleaved)
+
+
 # -- without triton, and the checks ---------------------------------------------------------------
 
 
