@@ -145,3 +145,34 @@ def test_the_commit_comes_from_git_or_from_the_commit_file(tmp_path: Path) -> No
         "dirty": None,
         "source": "COMMIT file",
     }
+
+
+def test_the_saved_h100_run_is_what_the_benchmark_computes_from_its_times() -> None:
+    # Chapter "Making RoPE fast" quotes this run (2026-11-26, an H100, the code at c21b63b, before
+    # the Triton kernel): its tables and verdicts must follow from its own raw times.
+    import math
+
+    from rope_tutor import bench, results
+
+    saved = results.load("gpu/bench_cuda_h100_2026-11-26.json")
+    machine = saved["provenance"]["machine"]
+    assert machine["gpu"] == "NVIDIA H100 80GB HBM3" and machine["device"] == "cuda"
+    assert saved["provenance"]["started_utc"].startswith("2026-11-26")
+    shape = tuple(saved["config"]["shape"])
+    assert shape == bench.FULL_SHAPE
+    (run,) = saved["runs"]
+    for dtype_name, result in run["dtypes"].items():
+        element_size = torch.empty(0, dtype=getattr(torch, dtype_name)).element_size()
+        recomputed = bench.summarize(
+            {name: [t / 1e3 for t in ms] for name, ms in result["times_ms"].items()},
+            2 * math.prod(shape) * element_size,
+        )
+        rows = {row["form"]: row for row in result["rows"]}
+        assert set(rows) == {row["form"] for row in recomputed}
+        for row in recomputed:
+            for key in ("ms_median", "x_copy", "x_clone"):
+                assert rows[row["form"]][key] == pytest.approx(row[key], rel=1e-9)
+    for phase in ("prefill", "decode"):  # medians of per-round shares (bench.attention_layer_share)
+        layer = run["layer"][phase]
+        assert 0 < layer["textbook_rope_share"] < layer["rope_share"] < 1
+    assert saved["goals"] == bench.goals(saved["runs"])
