@@ -23,8 +23,10 @@ first call that runs the kernel, never by ``import rope_tutor``.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -58,8 +60,8 @@ _parameters: dict[tuple[Any, ...], tuple[torch.Tensor, float]] = {}
 
 def triton_available() -> bool:
     """Whether triton can be imported (without importing it: a look at the installed modules)."""
-    import importlib.util
-
+    if "triton" in sys.modules:  # imported already: the common case, answered at once
+        return sys.modules["triton"] is not None
     try:
         return importlib.util.find_spec("triton") is not None
     except (ImportError, ValueError):  # blocked, or a module without a spec
@@ -76,12 +78,14 @@ def kernel_applies(x: Any) -> bool:
     under the interpreter), with triton installed. Metadata only; no synchronisation."""
     if not isinstance(x, torch.Tensor) or x.dtype not in KERNEL_DTYPES:
         return False
-    on_device = x.device.type == "cuda" or (x.device.type == "cpu" and interpreting())
+    on_device = x.is_cuda or (x.device.type == "cpu" and interpreting())
     return on_device and triton_available()
 
 
 def _setting_key(scaling: Mapping[str, Any] | None) -> str:
     """A hashable, exact spelling of a scaling setting (floats by repr, lists kept in order)."""
+    if not scaling:
+        return "null"
     return json.dumps(dict(scaling) if scaling else None, sort_keys=True, default=repr)
 
 
