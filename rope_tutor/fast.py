@@ -51,7 +51,7 @@ def _tables(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """cos, sin ``(seq, r/2)``, ``[cos, cos]`` ``(seq, r)`` and ``cos + i sin`` for these settings.
 
-    Computed afresh on every call: the package keeps no module-level state. For a ``(1, 32, 4096,
+    Computed afresh on every call: this module keeps no state. For a ``(1, 32, 4096,
     128)`` float32 tensor they cost about a twentieth of the rotation on one CPU thread (3.8 ms
     against 67 ms, measured once); a model that wants them once for all its layers caches them on
     its rotary module (``RotaryEmbedding`` does).
