@@ -364,17 +364,16 @@ def make_buffers(
     at prefill; at a decode step (seq 1) each sequence at its own position below 8192. With
     ``rotary`` (Hugging Face's rotary embedding), each buffer also holds its cos and sin."""
     batch, q_heads, k_heads, seq, head_dim = sizes
-    generator = torch.Generator(device="cpu").manual_seed(seed)
+    generator = torch.Generator(device=device).manual_seed(seed)  # drawn where the data lives
     q_shape, k_shape = (batch, q_heads, seq, head_dim), (batch, k_heads, seq, head_dim)
     per_buffer = (math.prod(q_shape) + math.prod(k_shape)) * torch.empty((), dtype=dtype).itemsize
     if seq == 1:  # a batch of sequences at different lengths
-        positions = torch.randint(0, 8192, (batch, 1), generator=generator)
+        positions = torch.randint(0, 8192, (batch, 1), generator=generator, device=device)
     else:
-        positions = torch.arange(seq).expand(batch, seq)
-    positions = positions.to(device)
+        positions = torch.arange(seq, device=device).expand(batch, seq)
     buffers = []
-    sample_q = torch.randn(q_shape, generator=generator).to(device, dtype)
-    sample_k = torch.randn(k_shape, generator=generator).to(device, dtype)
+    sample_q = torch.randn(q_shape, generator=generator, device=device).to(dtype)
+    sample_k = torch.randn(k_shape, generator=generator, device=device).to(dtype)
     for i in range(buffer_count(per_buffer, total)):
         q = sample_q.roll(i, dims=-1)  # distinct contents, no further host-to-device copies
         k = sample_k.roll(i, dims=-1)

@@ -107,7 +107,8 @@ def device_parameters(
 
     Kept per setting and device after the first call (one host-to-device copy then, none
     after), so that later calls do not synchronise; ``seq_len`` is part of the key only for the
-    ``LENGTH_DEPENDENT`` methods (the others ignore it). Raises ``ValueError`` like
+    ``LENGTH_DEPENDENT`` methods (the others ignore it). The tensor is shared by every later call
+    with the same setting: read it, never write it. Raises ``ValueError`` like
     ``rope_parameters``.
     """
     length = seq_len if _method(scaling) in LENGTH_DEPENDENT else None
