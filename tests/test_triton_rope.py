@@ -58,6 +58,7 @@ def run_python(code: str, **environment: str) -> subprocess.CompletedProcess:
 # -- the kernel in the interpreter ----------------------------------------------------------------
 
 
+@pytest.mark.slow  # about 20 s on two cores: some 130 kernel runs in the interpreter
 @needs_triton
 def test_kernel_agrees_with_reference_in_the_interpreter(tmp_path: Path) -> None:
     report = tmp_path / "report.xml"
@@ -125,6 +126,7 @@ for dtype, interleaved in (("bf16", False), ("bf16", True), ("fp32", False)):
 """
 
 
+@pytest.mark.slow  # about 10 s: three compilations to PTX
 @needs_triton
 def test_kernel_compiles_for_an_h100_with_vector_loads_and_exact_sin_cos() -> None:
     # No GPU needed: Triton compiles to PTX for sm_90 here. Each thread must move 16-byte vectors
