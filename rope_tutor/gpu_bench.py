@@ -250,7 +250,9 @@ def make_forms(
         forms.append(Form(HF, lambda b: apply_rotary_pos_emb(b[0], b[1], b[5], b[6])))
         if compile:
             compiled = torch.compile(apply_rotary_pos_emb, dynamic=False)
-            forms.append(Form(COMPILED, lambda b: compiled(b[0], b[1], b[5], b[6])))
+            _add_if_it_runs(
+                forms, skipped, Form(COMPILED, lambda b: compiled(b[0], b[1], b[5], b[6])), sample
+            )
         else:
             skipped[COMPILED] = "--no-compile"
         try:
@@ -261,9 +263,21 @@ def make_forms(
             if device.type != "cuda":
                 skipped[LIGER] = "Liger's kernel runs on CUDA only"
             else:
-                forms.append(Form(LIGER, lambda b: liger_rotary_pos_emb(b[0], b[1], b[5], b[6])))
+                liger = Form(LIGER, lambda b: liger_rotary_pos_emb(b[0], b[1], b[5], b[6]))
+                _add_if_it_runs(forms, skipped, liger, sample)
     forms.append(Form(KERNEL, lambda b: apply_rope_qk(b[0], b[1], b[2], base=BASE)))
     return forms, skipped
+
+
+def _add_if_it_runs(forms: list[Form], skipped: dict[str, str], form: Form, sample: Buffer) -> None:
+    """Add another project's form after one call on copies of ``sample`` (which also compiles
+    it); a form that fails is left out, with its error, so that one run still measures the rest."""
+    try:
+        form.run(tuple(None if t is None else t.clone() for t in sample))
+    except Exception as error:  # any failure of another project's code
+        skipped[form.name] = f"failed: {type(error).__name__}: {str(error)[:200]}"
+    else:
+        forms.append(form)
 
 
 def errors(forms: Sequence[Form], buffer: Buffer) -> dict[str, float]:

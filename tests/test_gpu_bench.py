@@ -176,3 +176,19 @@ def test_the_saved_h100_run_is_what_the_benchmark_computes_from_its_times() -> N
         layer = run["layer"][phase]
         assert 0 < layer["textbook_rope_share"] < layer["rope_share"] < 1
     assert saved["goals"] == bench.goals(saved["runs"])
+
+
+def test_a_form_of_another_project_that_fails_is_left_out_with_its_error() -> None:
+    sample = gpu_bench.make_buffers((1, 2, 1, 3, 8), torch.float32, torch.device("cpu"), total=1)
+    forms, skipped = [], {}
+
+    def broken(buffer):
+        raise RuntimeError("inductor needs a C++ compiler")
+
+    gpu_bench._add_if_it_runs(forms, skipped, gpu_bench.Form(gpu_bench.COMPILED, broken), sample[0])
+    assert forms == []
+    assert skipped == {gpu_bench.COMPILED: "failed: RuntimeError: inductor needs a C++ compiler"}
+    working = gpu_bench.Form(COPY, lambda buffer: (buffer[3].copy_(buffer[0]), None))
+    sample[0][3].fill_(float("nan"))
+    gpu_bench._add_if_it_runs(forms, skipped, working, sample[0])
+    assert forms == [working] and sample[0][3].isnan().all()  # it ran on copies
