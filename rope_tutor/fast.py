@@ -6,6 +6,10 @@ same arguments, checks and angles, computed with less memory traffic: applying R
 memory-bound, so what counts is the bytes moved and the buffers allocated. This module imports
 Part II (``rope_tutor.rope``) and Part IV's registry; neither imports it. The tests prove that
 both functions agree for every layout, dtype, ``rotary_dim`` and scaling method.
+
+On a CUDA GPU the work is the Triton kernel's (``rope_tutor.triton_rope``, which this module
+imports; triton itself is imported only when the kernel first runs): one launch, angles formed in
+the kernel, no host-device synchronisation. The blocked loops below are the CPU's form.
 """
 
 from __future__ import annotations
@@ -15,58 +19,12 @@ from typing import Any
 
 import torch
 
-from rope_tutor.rope import (
-    _check_rope_arguments,
-    _compute_dtype,
-    _cos_sin,
-    _seq_len,
-)
+from rope_tutor.outputs import check_out
+from rope_tutor.rope import check_rope_arguments, compute_dtype, context_length, rope_cos_sin
 from rope_tutor.scaling import rope_parameters
+from rope_tutor.triton_rope import apply_rope_triton, kernel_applies
 
 __all__ = ["apply_rope_fast"]
-
-
-def _check_out(out: Any, x: torch.Tensor) -> torch.Tensor:
-    """``out`` if it can receive the result for ``x``: same shape, dtype and device, no overlap."""
-    if not isinstance(out, torch.Tensor):
-        raise ValueError(f"out must be a tensor or None, got out={out!r:.80}")
-    expected = f"expected shape {tuple(x.shape)}, dtype {x.dtype} on {x.device} (those of x)"
-    if out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
-        raise ValueError(
-            f"out has shape {tuple(out.shape)}, dtype {out.dtype} on {out.device}; {expected}"
-        )
-    if any(stride == 0 and size > 1 for stride, size in zip(out.stride(), out.shape, strict=True)):
-        raise ValueError(
-            f"out has a broadcast (stride 0) dim, strides {out.stride()}: several results would "
-            "land on one element; expected a tensor with its own memory"
-        )
-    if out.requires_grad and out.is_leaf and torch.is_grad_enabled():
-        raise ValueError(
-            "out is a leaf tensor that requires grad, which cannot be written in place; expected "
-            "a tensor without requires_grad (for example torch.empty_like(x))"
-        )
-    if _may_overlap(out, x):
-        raise ValueError(
-            "out overlaps x in memory: the rotation reads x while it writes out; expected a "
-            "separate tensor (for example torch.empty_like(x))"
-        )
-    return out
-
-
-def _may_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """True if the byte ranges that ``a`` and ``b`` span in one storage intersect (conservative)."""
-    if a.numel() == 0 or b.numel() == 0:
-        return False
-    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
-        return False
-
-    def byte_range(t: torch.Tensor) -> tuple[int, int]:
-        start = t.storage_offset() * t.element_size()
-        span = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
-        return start, start + (span + 1) * t.element_size()
-
-    (a_start, a_stop), (b_start, b_stop) = byte_range(a), byte_range(b)
-    return a_start < b_stop and b_start < a_stop
 
 
 #: Elements of x per block on the CPU with one thread: 2**17 float32 values are 512 KiB, so a
@@ -93,15 +51,15 @@ def _tables(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """cos, sin ``(seq, r/2)``, ``[cos, cos]`` ``(seq, r)`` and ``cos + i sin`` for these settings.
 
-    Computed afresh on every call: the package keeps no module-level state. For a ``(1, 32, 4096,
+    Computed afresh on every call: this module keeps no state. For a ``(1, 32, 4096,
     128)`` float32 tensor they cost about a twentieth of the rotation on one CPU thread (3.8 ms
     against 67 ms, measured once); a model that wants them once for all its layers caches them on
     its rotary module (``RotaryEmbedding`` does).
     """
     inv_freq, attention_factor = rope_parameters(
-        rotary_dim, base, scaling, seq_len=_seq_len(positions)
+        rotary_dim, base, scaling, seq_len=context_length(positions)
     )
-    cos, sin = _cos_sin(positions, inv_freq, attention_factor, compute)
+    cos, sin = rope_cos_sin(positions, inv_freq, attention_factor, compute)
     cos_both = torch.cat((cos, cos), dim=-1)  # (seq, r): the cos of both halves
     rotation = torch.complex(cos, sin)  # (seq, r/2): e^(i m theta_i), scaled
     return cos, sin, cos_both, rotation
@@ -265,23 +223,33 @@ def apply_rope_fast(
     write would), a new tensor otherwise. Differentiable either way (with ``out``, through one
     copy into it, so an ``x`` that requires grad costs a temporary).
 
+    On CUDA, for float32, bfloat16 and float16 with triton installed, the Triton kernel does the
+    work (``apply_rope_triton``: the same values, one launch, no host-device synchronisation
+    except for Dynamic NTK and LongRoPE, which need the length on the host; bad position values
+    then fail the CUDA stream through a device-side assert instead of raising here, and
+    ``positions`` may also be ``(batch, seq)``). Everywhere else the code below runs.
+
     Raises ``ValueError`` like ``apply_rope``, and ``ValueError`` naming ``out`` and what was
     expected when ``out`` does not have ``x``'s shape, dtype and device, has a broadcast (stride
     0) dim, overlaps ``x`` in memory, or is a leaf tensor that requires grad.
     """
+    if isinstance(x, torch.Tensor) and x.device.type == "cuda" and kernel_applies(x):
+        return apply_rope_triton(
+            x, positions, base=base, layout=layout, scaling=scaling, rotary_dim=rotary_dim, out=out
+        )
     if positions is None and isinstance(x, torch.Tensor) and x.dim() >= 2:
         positions = torch.arange(x.shape[-2], device=x.device)
-    x, positions, base, layout, rotary_dim = _check_rope_arguments(
+    x, positions, base, layout, rotary_dim = check_rope_arguments(
         x, positions, base, layout, rotary_dim
     )
     if out is not None:
-        out = _check_out(out, x)
+        out = check_out(out, x)
         if x.requires_grad and torch.is_grad_enabled():  # out= kernels are not differentiable
             rotated = apply_rope_fast(
                 x, positions, base=base, layout=layout, scaling=scaling, rotary_dim=rotary_dim
             )
             return out.copy_(rotated)  # autograd sees one copy into out
-    tables = _tables(positions, rotary_dim, base, scaling, _compute_dtype(x.dtype))
+    tables = _tables(positions, rotary_dim, base, scaling, compute_dtype(x.dtype))
     if rotary_dim == x.shape[-1]:
         return _rotate_fast(x, tables, layout, out)
     if out is None:

@@ -38,8 +38,13 @@ __all__ = [
     "RotaryEmbedding",
     "apply_rope",
     "apply_rope_complex",
+    "check_rope_arguments",
+    "check_rope_settings",
+    "compute_dtype",
+    "context_length",
     "half_to_interleaved_permutation",
     "interleaved_to_half_permutation",
+    "rope_cos_sin",
     "rope_frequencies",
     "rope_matrix",
     "rotate_half",
@@ -106,25 +111,60 @@ def _check_rotary_dim(rotary_dim: Any, dim: int) -> int:
     return rotary_dim
 
 
-def _check_rope_arguments(
-    x: Any, positions: Any, base: Any, layout: Any, rotary_dim: Any
-) -> tuple[torch.Tensor, torch.Tensor, float, str, int]:
-    """The checks ``apply_rope`` and ``apply_rope_fast`` share, in one order, with one message."""
+# The pieces below are public: Part VI (``rope_tutor.fast`` and the Triton kernel's wrapper
+# ``rope_tutor.triton_rope``) checks its arguments and forms its angles with them, so that every
+# form of RoPE in the package accepts the same input, raises the same message and turns by the
+# same float32 (or float64) angles as the reference ``apply_rope``.
+
+
+def check_rope_settings(
+    x: Any, base: Any, layout: Any, rotary_dim: Any
+) -> tuple[torch.Tensor, float, str, int]:
+    """``(x, base, layout, rotary_dim)`` checked: the checks of ``apply_rope`` but the positions'.
+
+    ``x`` must be a floating tensor ``(..., seq, dim)``, ``layout`` one of ``LAYOUTS``, ``base``
+    a finite number > 1, ``rotary_dim`` ``None`` (then ``dim``, which must be even) or an even
+    int <= ``dim``. Returns ``base`` as a float and ``rotary_dim`` as an int. Looks at shapes and
+    dtypes only, never at a tensor's values (no host-device synchronisation). Raises
+    ``ValueError`` naming the argument and its value.
+    """
     x = _check_x("x", x)
     layout = _checks.choice("layout", layout, LAYOUTS)
     base = _checks.base(base)
     rotary_dim = _check_rotary_dim(rotary_dim, x.shape[-1])
+    return x, base, layout, rotary_dim
+
+
+def check_rope_arguments(
+    x: Any, positions: Any, base: Any, layout: Any, rotary_dim: Any
+) -> tuple[torch.Tensor, torch.Tensor, float, str, int]:
+    """The checks ``apply_rope`` and ``apply_rope_fast`` share, in one order, with one message.
+
+    ``check_rope_settings``, then ``positions``: a 1-D real tensor (or anything
+    ``torch.as_tensor`` takes) of length ``x.shape[-2]``, finite and >= 0, returned on ``x``'s
+    device. Reading the values synchronises host and device when ``x`` is on a GPU. Returns
+    ``(x, positions, base, layout, rotary_dim)``; raises ``ValueError`` naming the argument.
+    """
+    x, base, layout, rotary_dim = check_rope_settings(x, base, layout, rotary_dim)
     positions = _check_positions(positions, x.shape[-2], x.device)
     return x, positions, base, layout, rotary_dim
 
 
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """float64 for float64 input, float32 for everything else (bfloat16, float16, float32)."""
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype angles and rotation are computed in for input of ``dtype``.
+
+    float64 for float64 input, float32 for everything else (bfloat16, float16, float32): angles
+    are never formed in a low-precision dtype (chapter "RoPE's base and precision").
+    """
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _seq_len(positions: torch.Tensor) -> int:
-    """The context length a scaling method sees: largest position + 1."""
+def context_length(positions: torch.Tensor) -> int:
+    """The context length a scaling method sees: largest position + 1 (1 for no positions).
+
+    ``positions`` is a real tensor of any shape. A Python int, so on a GPU it synchronises host and
+    device: only the length-dependent methods (``"dynamic"``, ``"longrope"``) need it.
+    """
     return int(positions.max().item()) + 1 if positions.numel() else 1
 
 
@@ -156,12 +196,16 @@ def rotate_interleaved(x: torch.Tensor) -> torch.Tensor:
     return torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
 
 
-def _cos_sin(
+def rope_cos_sin(
     positions: torch.Tensor, inv_freq: torch.Tensor, attention_factor: float, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``attention_factor * cos(m theta_i)`` and ``... sin(...)``, each ``(seq, d/2)`` in ``dtype``.
 
-    The angles are formed in ``dtype`` (float32 or float64), never in the model's dtype.
+    The factors of equation (rope-elementwise) in "Deriving rotary position embedding"; Su et
+    al., RoFormer (2021). ``positions`` is ``(seq,)``, ``inv_freq`` ``(d/2,)`` (theta_i, from
+    ``rope_parameters``), ``attention_factor`` the scaling method's factor. The angles
+    ``m * theta_i`` are formed in ``dtype`` (``compute_dtype`` of the input: float32 or float64),
+    never in the model's dtype, on the device of ``positions``.
     """
     angles = positions.to(dtype)[:, None] * inv_freq.to(device=positions.device, dtype=dtype)
     return angles.cos() * attention_factor, angles.sin() * attention_factor
@@ -217,14 +261,14 @@ def apply_rope(
     positions, an unknown layout, a base that is not a finite number greater than 1, or an
     invalid ``scaling``.
     """
-    x, positions, base, layout, rotary_dim = _check_rope_arguments(
+    x, positions, base, layout, rotary_dim = check_rope_arguments(
         x, positions, base, layout, rotary_dim
     )
     # theta_i of (rope-theta) as the scaling method changes them, and its attention factor
     inv_freq, attention_factor = rope_parameters(
-        rotary_dim, base, scaling, seq_len=_seq_len(positions)
+        rotary_dim, base, scaling, seq_len=context_length(positions)
     )
-    cos, sin = _cos_sin(positions, inv_freq, attention_factor, _compute_dtype(x.dtype))
+    cos, sin = rope_cos_sin(positions, inv_freq, attention_factor, compute_dtype(x.dtype))
     return _rotate(x, cos, sin, layout)  # x * cos + rotate(x) * sin
 
 
@@ -242,7 +286,7 @@ def apply_rope_complex(
     dim = _check_rotary_dim(None, x.shape[-1])
     base = _checks.base(base)
     positions = _check_positions(positions, x.shape[-2], x.device)
-    real = _compute_dtype(x.dtype)
+    real = compute_dtype(x.dtype)
     angles = positions.to(real)[:, None] * rope_frequencies(dim, base).to(
         device=x.device, dtype=real
     )  # (seq, dim/2)
@@ -367,17 +411,17 @@ class RotaryEmbedding(nn.Module):
         are served from the cache.
         """
         positions = _check_positions(positions, None, None)
-        compute = _compute_dtype(dtype)
-        length = _seq_len(positions)
+        compute = compute_dtype(dtype)
+        length = context_length(positions)
         inv_freq, attention_factor = rope_parameters(
             self.rotary_dim, self.base, self.scaling, seq_len=length
         )
         if positions.is_floating_point():
-            return _cos_sin(positions, inv_freq, attention_factor, compute)
+            return rope_cos_sin(positions, inv_freq, attention_factor, compute)
         key = (positions.device, compute, tuple(inv_freq.tolist()), float(attention_factor))
         if self._cache is None or self._cache[0] != key or len(self._cache[1]) < length:
             table = torch.arange(length, device=positions.device)  # positions 0 .. length-1
-            self._cache = (key, *_cos_sin(table, inv_freq, attention_factor, compute))
+            self._cache = (key, *rope_cos_sin(table, inv_freq, attention_factor, compute))
         _, cos, sin = self._cache
         return cos[positions], sin[positions]
 

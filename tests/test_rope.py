@@ -394,13 +394,13 @@ def test_rotary_embedding_caches_and_equals_apply_rope(monkeypatch: pytest.Monke
     calls = [[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], [3, 1, 4], [9, 8], list(range(20)), [0, 19]]
     inputs = [gaussian(2, len(p), 16, seed=len(p)) for p in calls]
     rotary = RotaryEmbedding(16, layout="interleaved", rotary_dim=12)
-    builds, original = [], rope._cos_sin
+    builds, original = [], rope.rope_cos_sin
 
     def counting_cos_sin(positions, *rest):
         builds.append(len(positions))
         return original(positions, *rest)
 
-    monkeypatch.setattr(rope, "_cos_sin", counting_cos_sin)
+    monkeypatch.setattr(rope, "rope_cos_sin", counting_cos_sin)
     outputs = [rotary(x, 2 * x, torch.tensor(p)) for x, p in zip(inputs, calls, strict=True)]
     assert builds == [10, 20]  # a table for 0..9, reused, then extended to 0..19 and reused
     monkeypatch.undo()

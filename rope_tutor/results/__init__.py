@@ -10,7 +10,8 @@ rope-tutor`` in an empty folder, or on Colab::
     checkpoint = results.path("lab/seed_0/rope.safetensors")  # a file to open yourself
 
 Names are paths relative to this folder, written with ``/``: ``lab/…`` (``python -m
-rope_tutor.lab``) and ``bench/…`` (``python -m rope_tutor.bench``).
+rope_tutor.lab``), ``bench/…`` (``python -m rope_tutor.bench``) and ``gpu/…`` (``python -m
+rope_tutor.gpu_bench``, on a CUDA GPU).
 """
 
 from __future__ import annotations

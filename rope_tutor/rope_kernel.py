@@ -1,0 +1,262 @@
+"""Part VI: the Triton kernel that rotates q and k in one launch, and its thin launcher.
+
+Chapter "Making RoPE fast", the GPU half. Equation (rope-elementwise) of "Deriving rotary
+position embedding" (Su et al., RoFormer, 2021), for every pair ``i < r/2`` of every head of q
+and of k at sequence position ``s`` of batch element ``b``::
+
+    angle = m[b, s] * theta_i                              (float32; m = positions)
+    c, s  = f * cos(angle), f * sin(angle)                 (f: the attention factor)
+    out1  = x1 * c - x2 * s,   out2 = x2 * c + x1 * s      (float32, rounded once to x's dtype)
+
+with the pair ``(x1, x2) = (x[i], x[i + r/2])`` in the half layout and ``(x[2i], x[2i+1])`` in
+the interleaved one; features ``r .. dim - 1`` are copied. With ``CONJUGATE`` the kernel turns by
+``-angle``: since ``f R(theta)`` has the transpose ``f R(-theta)``, that is the backward pass.
+
+This module imports triton at its top, so nothing in the package imports it at import time: the
+wrapper (``rope_tutor.triton_rope``) imports it on the first call that needs the kernel. Under
+``TRITON_INTERPRET=1`` (set before triton is imported), the same kernel runs on CPU tensors in
+Triton's interpreter; the tests check it there against the reference ``apply_rope``.
+
+The layout of the work follows flash-attn's ``ops/triton/rotary.py`` (Tri Dao), with q and k in
+one grid: each program loads one tile of ``BLOCK_H`` heads x ``BLOCK_S`` positions x all pairs
+of one batch element, of q or of k, forms its angles from the positions and ``inv_freq`` (no
+cos/sin table is built or read), and writes the tile once. Every element is read once and written
+once, so the kernel moves the bytes of a copy of q and k.
+
+Angles in the kernel rather than a cached cos/sin table: on an H100 (2026-11-26, the project's
+performance notes, section E) a plain single-pass kernel reached 89 to 96 % of the copy's bandwidth
+on large tensors either way, and computing them needs no table to build, keep or read, so a
+decode step costs one launch. sin and cos are libdevice's (``tl.sin``/``tl.cos`` on NVIDIA), not
+the approximate hardware instructions, whose error grows with the angle.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["launch", "rope_qk_kernel", "tile_shape"]
+
+#: Pairs (``BLOCK_H * BLOCK_S * BLOCK_HALF``) per program: a tile of 2 * 2048 elements, 16 KiB of
+#: float32, which four warps hold in registers (32 elements per thread).
+TILE_PAIRS = 2048
+
+
+@triton.jit
+def _rotate_tile(
+    X,
+    OUT,
+    stride_xb,
+    stride_xh,
+    stride_xs,
+    stride_xd,
+    stride_ob,
+    stride_oh,
+    stride_os,
+    stride_od,
+    b,
+    h0,
+    heads,
+    rows,
+    row_ok,
+    pairs,
+    pair_ok,
+    cos,
+    sin,
+    HALF: tl.constexpr,
+    REST: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+    BLOCK_REST: tl.constexpr,
+    INTERLEAVED: tl.constexpr,
+    COPY_REST: tl.constexpr,
+):
+    """Rotate heads ``h0 .. h0 + BLOCK_H - 1`` (those < ``heads``) at ``rows`` of batch ``b``."""
+    hs = h0 + tl.arange(0, BLOCK_H)
+    # (BLOCK_H, BLOCK_S) offsets of each row's first feature, in int64 (large tensors)
+    x_row = b.to(tl.int64) * stride_xb + hs[:, None].to(tl.int64) * stride_xh
+    x_row += rows[None, :].to(tl.int64) * stride_xs
+    o_row = b.to(tl.int64) * stride_ob + hs[:, None].to(tl.int64) * stride_oh
+    o_row += rows[None, :].to(tl.int64) * stride_os
+    ok = (hs[:, None] < heads) & row_ok[None, :]
+    dtype = OUT.dtype.element_ty
+    c = cos[None, :, :]
+    s = sin[None, :, :]
+    if INTERLEAVED:  # pair i: features 2i and 2i + 1, loaded as one contiguous row, then split
+        features = tl.arange(0, 2 * BLOCK_HALF)
+        row_mask = ok[:, :, None] & (features < 2 * HALF)[None, None, :]
+        x = tl.load(
+            X + x_row[:, :, None] + features[None, None, :] * stride_xd, mask=row_mask, other=0.0
+        )
+        x1, x2 = tl.split(tl.reshape(x.to(tl.float32), (BLOCK_H, BLOCK_S, BLOCK_HALF, 2)))
+        out = tl.join(x1 * c - x2 * s, x2 * c + x1 * s)  # (..., BLOCK_HALF, 2): pairs again
+        out = tl.reshape(out, (BLOCK_H, BLOCK_S, 2 * BLOCK_HALF))
+        where = o_row[:, :, None] + features[None, None, :] * stride_od
+        tl.store(OUT + where, out.to(dtype), mask=row_mask)
+    else:  # pair i: features i and i + r/2, two contiguous halves
+        mask = ok[:, :, None] & pair_ok[None, None, :]
+        first = x_row[:, :, None] + pairs[None, None, :] * stride_xd
+        second = x_row[:, :, None] + (pairs + HALF)[None, None, :] * stride_xd
+        x1 = tl.load(X + first, mask=mask, other=0.0).to(tl.float32)
+        x2 = tl.load(X + second, mask=mask, other=0.0).to(tl.float32)
+        out_first = o_row[:, :, None] + pairs[None, None, :] * stride_od
+        out_second = o_row[:, :, None] + (pairs + HALF)[None, None, :] * stride_od
+        tl.store(OUT + out_first, (x1 * c - x2 * s).to(dtype), mask=mask)
+        tl.store(OUT + out_second, (x2 * c + x1 * s).to(dtype), mask=mask)
+    if COPY_REST:  # the features past rotary_dim pass through (not needed in place)
+        rest = tl.arange(0, BLOCK_REST)
+        rest_mask = ok[:, :, None] & (rest < REST)[None, None, :]
+        feature = 2 * HALF + rest
+        kept = tl.load(
+            X + x_row[:, :, None] + feature[None, None, :] * stride_xd, mask=rest_mask, other=0.0
+        )
+        tl.store(OUT + o_row[:, :, None] + feature[None, None, :] * stride_od, kept, mask=rest_mask)
+
+
+@triton.jit
+def rope_qk_kernel(
+    Q,
+    K,
+    OUT_Q,
+    OUT_K,
+    POSITIONS,
+    INV_FREQ,
+    attention_factor,
+    seq_len,
+    q_heads,
+    k_heads,
+    q_chunks,
+    stride_qb,
+    stride_qh,
+    stride_qs,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_ks,
+    stride_kd,
+    stride_oqb,
+    stride_oqh,
+    stride_oqs,
+    stride_oqd,
+    stride_okb,
+    stride_okh,
+    stride_oks,
+    stride_okd,
+    stride_pb,
+    stride_ps,
+    HALF: tl.constexpr,
+    REST: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+    BLOCK_REST: tl.constexpr,
+    INTERLEAVED: tl.constexpr,
+    CONJUGATE: tl.constexpr,
+    HAS_POSITIONS: tl.constexpr,
+    COPY_REST: tl.constexpr,
+):
+    """RoPE on q and k, ``(batch, heads, seq, dim)`` each, in one grid.
+
+    Grid ``(cdiv(seq, BLOCK_S), batch, q_chunks + cdiv(k_heads, BLOCK_H))``: axis 2 below
+    ``q_chunks = cdiv(q_heads, BLOCK_H)`` picks a chunk of q's heads, above it one of k's (k may
+    have fewer heads, as in grouped-query attention). ``POSITIONS`` (any int or float dtype) is
+    read at ``b * stride_pb + s * stride_ps`` (``stride_pb = 0`` for one ``(seq,)`` row shared
+    by the batch); without ``HAS_POSITIONS`` the position of row ``s`` is ``s``. ``INV_FREQ`` is
+    float32 ``(HALF,)``; ``attention_factor`` multiplies cos and sin.
+    """
+    pid_s = tl.program_id(0)
+    b = tl.program_id(1)
+    pid_h = tl.program_id(2)
+    rows = pid_s * BLOCK_S + tl.arange(0, BLOCK_S)
+    row_ok = rows < seq_len
+    pairs = tl.arange(0, BLOCK_HALF)
+    pair_ok = pairs < HALF
+    if HAS_POSITIONS:
+        where = b.to(tl.int64) * stride_pb + rows.to(tl.int64) * stride_ps
+        m = tl.load(POSITIONS + where, mask=row_ok, other=0).to(tl.float32)
+    else:
+        m = rows.to(tl.float32)
+    theta = tl.load(INV_FREQ + pairs, mask=pair_ok, other=0.0)
+    angle = m[:, None] * theta[None, :]  # (BLOCK_S, BLOCK_HALF), float32 as in apply_rope
+    cos = tl.cos(angle) * attention_factor
+    sin = tl.sin(angle) * attention_factor
+    if CONJUGATE:  # the transpose of the rotation: the backward pass
+        sin = -sin
+    if pid_h < q_chunks:
+        _rotate_tile(
+            Q, OUT_Q, stride_qb, stride_qh, stride_qs, stride_qd,
+            stride_oqb, stride_oqh, stride_oqs, stride_oqd,
+            b, pid_h * BLOCK_H, q_heads, rows, row_ok, pairs, pair_ok, cos, sin,
+            HALF, REST, BLOCK_H, BLOCK_S, BLOCK_HALF, BLOCK_REST, INTERLEAVED, COPY_REST,
+        )  # fmt: skip
+    else:
+        _rotate_tile(
+            K, OUT_K, stride_kb, stride_kh, stride_ks, stride_kd,
+            stride_okb, stride_okh, stride_oks, stride_okd,
+            b, (pid_h - q_chunks) * BLOCK_H, k_heads, rows, row_ok, pairs, pair_ok, cos, sin,
+            HALF, REST, BLOCK_H, BLOCK_S, BLOCK_HALF, BLOCK_REST, INTERLEAVED, COPY_REST,
+        )  # fmt: skip
+
+
+def tile_shape(heads: int, seq: int, half: int) -> tuple[int, int, int]:
+    """``(BLOCK_H, BLOCK_S, BLOCK_HALF)`` for these sizes: about ``TILE_PAIRS`` pairs a program.
+
+    All the pairs of a head in one tile (``BLOCK_HALF``, a power of two >= ``half``); then as many
+    positions as fit, at most 16 (a decode step has one); then heads, up to the larger head count.
+    """
+    block_half = triton.next_power_of_2(max(half, 1))
+    block_s = max(1, min(triton.next_power_of_2(max(seq, 1)), 16, TILE_PAIRS // block_half))
+    block_h = max(1, min(triton.next_power_of_2(heads), TILE_PAIRS // (block_half * block_s)))
+    return block_h, block_s, block_half
+
+
+def launch(
+    q: torch.Tensor,
+    k: torch.Tensor | None,
+    out_q: torch.Tensor,
+    out_k: torch.Tensor | None,
+    positions: torch.Tensor | None,
+    inv_freq: torch.Tensor,
+    attention_factor: float,
+    *,
+    interleaved: bool,
+    in_place: bool = False,
+    conjugate: bool = False,
+) -> None:
+    """One launch of ``rope_qk_kernel``: rotate ``q`` into ``out_q`` and ``k`` into ``out_k``.
+
+    ``q`` and ``out_q`` are ``(batch, q_heads, seq, dim)``, ``k`` and ``out_k`` ``(batch,
+    k_heads, seq, dim)`` (or both None), any strides, one dtype (float32, bfloat16 or float16),
+    on one device; ``out_q`` may be ``q`` itself (in place), likewise ``out_k``. ``positions`` is
+    ``(batch, seq)`` (a row per batch element; stride 0 along batch shares one row) or None for
+    ``0 .. seq - 1``. ``inv_freq`` is float32 ``(r/2,)`` on the device, ``r`` the rotated
+    features; ``attention_factor`` multiplies cos and sin. ``in_place`` says that ``out_q`` is
+    ``q`` and ``out_k`` is ``k`` (the features past ``r`` are then left alone); ``conjugate``
+    turns by minus the angle (the backward). Checks nothing: the wrapper
+    (``rope_tutor.triton_rope``) has.
+    """
+    batch, q_heads, seq, dim = q.shape
+    half = inv_freq.shape[0]
+    rest = dim - 2 * half
+    k_heads = 0 if k is None else k.shape[1]
+    if k is None:  # a grid with no chunk of k; the k arguments are never read
+        k, out_k = q, out_q
+    block_h, block_s, block_half = tile_shape(max(q_heads, k_heads), seq, half)
+    q_chunks = triton.cdiv(q_heads, block_h)
+    grid = (triton.cdiv(seq, block_s), batch, q_chunks + triton.cdiv(k_heads, block_h))
+    if positions is None:
+        pos_arg, pos_strides = inv_freq, (0, 0)  # never read
+    else:
+        pos_arg, pos_strides = positions, positions.stride()
+    copy_rest = rest > 0 and not in_place
+    rope_qk_kernel[grid](
+        q, k, out_q, out_k, pos_arg, inv_freq, float(attention_factor),
+        seq, q_heads, k_heads, q_chunks,
+        *q.stride(), *k.stride(), *out_q.stride(), *out_k.stride(), *pos_strides,
+        HALF=half, REST=rest, BLOCK_H=block_h, BLOCK_S=block_s, BLOCK_HALF=block_half,
+        BLOCK_REST=triton.next_power_of_2(max(rest, 1)),
+        INTERLEAVED=interleaved, CONJUGATE=conjugate, HAS_POSITIONS=positions is not None,
+        COPY_REST=copy_rest, num_warps=4,
+    )  # fmt: skip
