@@ -95,7 +95,7 @@ def ramp_right(dim, base, window, beta_fast=32.0, beta_slow=1.0):
 
 
 def ramp_unclamped(dim, base, window, beta_fast=32.0, beta_slow=1.0):
-    """Floor and ceil, but no clamp to [0, dim - 1]: right whenever some pair turns beta_fast times."""
+    """Floor and ceil, no clamp to [0, dim - 1]: right whenever some pair turns beta_fast times."""
     low = math.floor(pair_index_for_turns(beta_fast, dim, base, window))
     high = math.ceil(pair_index_for_turns(beta_slow, dim, base, window))
     return ramp_from_bounds(low, high, dim)
