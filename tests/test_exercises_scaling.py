@@ -94,6 +94,13 @@ def ramp_right(dim, base, window, beta_fast=32.0, beta_slow=1.0):
     return ramp_from_bounds(low, high, dim)
 
 
+def ramp_unclamped(dim, base, window, beta_fast=32.0, beta_slow=1.0):
+    """Floor and ceil, no clamp to [0, dim - 1]: right whenever some pair turns beta_fast times."""
+    low = math.floor(pair_index_for_turns(beta_fast, dim, base, window))
+    high = math.ceil(pair_index_for_turns(beta_slow, dim, base, window))
+    return ramp_from_bounds(low, high, dim)
+
+
 def ramp_swapped(dim, base, window, beta_fast=32.0, beta_slow=1.0):
     return ramp_right(dim, base, window, beta_fast=beta_slow, beta_slow=beta_fast)
 
@@ -182,6 +189,7 @@ WRONG = [
     ("yarn_ramp", ramp_swapped),
     ("yarn_ramp", ramp_interpolation_weight),
     ("yarn_ramp", ramp_ignores_betas),
+    ("yarn_ramp", ramp_unclamped),
     ("yarn_ramp", ramp_by_turns),
     ("yarn_ramp", ramp_step),
     ("yarn_parameters", yarn_without_temperature),
@@ -210,6 +218,7 @@ def test_checker_rejects_a_wrong_answer(name, answer, capsys) -> None:
     [
         ("ntk_base", ntk_scales_base_by_s, "dim / (dim - 2)"),
         ("yarn_ramp", ramp_swapped, "swapped beta_fast and beta_slow"),
+        ("yarn_ramp", ramp_unclamped, "clamp the boundaries to [0, dim - 1]"),
         ("yarn_parameters", yarn_without_temperature, "forgot the temperature"),
         ("yarn_parameters", yarn_logit_temperature, "its square"),
         ("yarn_parameters", yarn_swapped_betas, "swapped beta_fast and beta_slow"),
@@ -219,6 +228,16 @@ def test_checker_rejects_a_wrong_answer(name, answer, capsys) -> None:
 def test_checker_names_the_common_mistake(name, answer, words, capsys) -> None:
     assert not check(name, answer)
     assert words in capsys.readouterr().out
+
+
+def test_the_lab_head_needs_the_clamp() -> None:
+    """The lab's head (d_h = 32, T = 128) is where the clamp matters: i(beta_fast) < 0 there, so
+    the unclamped ramp starts at low = -1 and partly interpolates the fastest pair, while on
+    Llama 2's head (d_h = 128, L = 4096) both answers agree."""
+    assert math.floor(pair_index_for_turns(32.0, 32, 10000.0, 128)) == -1
+    assert ramp_unclamped(32, 10000.0, 128)[0] < 1.0 == ramp_right(32, 10000.0, 128)[0]
+    assert torch.equal(ramp_unclamped(128, 10000.0, 4096), ramp_right(128, 10000.0, 4096))
+    assert any(c.make() == ((32, 10000.0, 128), {}) for c in get_exercise("yarn_ramp").cases)
 
 
 def test_checker_survives_a_crashing_answer(capsys) -> None:

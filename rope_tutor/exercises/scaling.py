@@ -248,6 +248,12 @@ def _ramp_not_rounded(dim, base, window, beta_fast=32.0, beta_slow=1.0) -> torch
     return yarn_ramp(dim, base, window, beta_fast, beta_slow, truncate=False)
 
 
+def _ramp_not_clamped(dim, base, window, beta_fast=32.0, beta_slow=1.0) -> torch.Tensor:
+    low = math.floor(_index_of(beta_fast, dim, base, window))
+    high = math.ceil(_index_of(beta_slow, dim, base, window))
+    return _ramp_from(low, high, dim)
+
+
 register(
     Exercise(
         name="yarn_ramp",
@@ -263,6 +269,9 @@ register(
             Case.of(128, 500000.0, 8192),
             Case.of(128, 10000.0, 4096, beta_fast=16.0, beta_slow=2.0),
             Case.of(32, 10000.0, 512),
+            # The lab's head (chapter "Extending a trained RoPE model"): i(32) < 0, so low is -1
+            # before the clamp and the fastest pair would be partly interpolated without it.
+            Case.of(32, 10000.0, 128),
         ),
         hint=(
             "low = floor(i(beta_fast)), high = ceil(i(beta_slow)) with "
@@ -285,6 +294,12 @@ register(
                 "round the boundaries outward as the reference code does: floor for low, ceil "
                 "for high (Hugging Face's truncate=True).",
                 _ramp_not_rounded,
+            ),
+            Mistake(
+                "clamp the boundaries to [0, dim - 1]: with a short window no pair turns beta_fast "
+                "times, i(beta_fast) is negative (low = -1 for dim 32, L = 128) and without the "
+                "clamp the fastest pair is partly interpolated instead of kept.",
+                _ramp_not_clamped,
             ),
         ),
         chapter="yarn_and_beyond",
