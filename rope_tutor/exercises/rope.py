@@ -248,7 +248,7 @@ register(
     Exercise(
         name="rope_matrix",
         summary="the dense block-diagonal rotation R^d_{Theta,m} (interleaved pairs)",
-        signature="(position, dim, base=10000.0) -> Tensor[dim, dim]",
+        signature="(position, dim, base=10000.0) -> float64 Tensor[dim, dim]",
         reference=_reference_matrix,
         cases=(
             Case.of(1, 2),
@@ -284,6 +284,7 @@ register(
         ),
         rtol=1e-5,
         atol=1e-5,
+        dtype=torch.float64,  # the chapter's template builds the matrix in float64
         chapter="rope_derivation",
     )
 )
@@ -300,7 +301,7 @@ register(
     Exercise(
         name="layout_permutation",
         summary="the feature order perm with x_half = x_interleaved[perm] (Meta -> Hugging Face)",
-        signature="(head_dim) -> LongTensor[head_dim]",
+        signature="(head_dim) -> integer Tensor[head_dim] (any integer dtype)",
         reference=interleaved_to_half_permutation,
         cases=(Case.of(4), Case.of(8), Case.of(16), Case.of(128)),
         hint=(
@@ -319,7 +320,6 @@ register(
                 _permutation_identity,
             ),
         ),
-        dtype=torch.int64,
         chapter="rope_in_practice",
     )
 )
