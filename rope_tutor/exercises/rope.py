@@ -133,7 +133,11 @@ def _interleaved_base_1000(x, positions, base=1000.0):
 
 
 def _interleaved_rotate_discarded(x, positions, base=10000.0):
-    """The errata's discarded rotate: x * cos + x * sin, the rotated copy of x never used."""
+    """The errata's hypothetical slip: x * cos + x * sin, the rotated copy of x never used.
+
+    (A stray ``rotate_half(x)`` line before the correct return is harmless dead code; the slip is
+    the return that uses ``x`` where ``rotate_half(x)`` belongs.)
+    """
     angles = positions.double()[:, None] * _theta(x.shape[-1], base)  # (seq, d/2)
     cos, sin = angles.cos().repeat_interleave(2, -1), angles.sin().repeat_interleave(2, -1)
     return x.double() * cos + x.double() * sin
