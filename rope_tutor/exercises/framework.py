@@ -56,7 +56,7 @@ class Mistake:
 class Exercise:
     """An exercise: its reference, the inputs it is checked on, and how to compare outputs.
 
-    The dtype policy, the same for every exercise (see :func:`dtype_difference`): an index
+    The dtype policy, the same for every exercise (see ``dtype_difference``): an index
     answer (the reference returns an integer tensor) may have any signed integer dtype; a
     boolean answer is a bool tensor; a float answer has exactly the dtype of the reference's
     output, which is the dtype of the float tensors the exercise passes in, or, for an exercise
