@@ -101,13 +101,14 @@ def test_rotate_half_matches_hf() -> None:
 
 
 # The name trap inside transformers itself (chapter "RoPE in practice", "Two layouts"): the Llama
-# family's rotate_half is the half layout's, but Cohere's function of the same name, GLM's (whose
-# docstring says "Rotates half the hidden dims") and GPT-J's and CodeGen's rotate_every_two all
-# swap adjacent features: the interleaved layout.
-HALF_IN_TRANSFORMERS = ["llama", "mistral", "qwen2", "gemma", "gpt_neox"]
+# family's rotate_half is the half layout's, and so is GLM-4.5's (glm4_moe), but Cohere's function
+# of the same name, GLM's and GLM-4's (whose docstrings say "Rotates half the hidden dims") and
+# GPT-J's and CodeGen's rotate_every_two all swap adjacent features: the interleaved layout.
+HALF_IN_TRANSFORMERS = ["llama", "mistral", "qwen2", "gemma", "gpt_neox", "glm4_moe"]
 INTERLEAVED_IN_TRANSFORMERS = [
     ("cohere", "rotate_half"),
     ("glm", "rotate_half"),
+    ("glm4", "rotate_half"),
     ("gptj", "rotate_every_two"),
     ("codegen", "rotate_every_two"),
 ]
