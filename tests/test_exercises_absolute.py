@@ -312,3 +312,19 @@ def test_rejects_a_typical_wrong_answer(name: str, candidate, capsys) -> None:
 def test_typical_mistakes_are_named(name, candidate, named, capsys) -> None:
     assert check(name, candidate) is False
     assert named in capsys.readouterr().out
+
+
+# ---- the dtype policy: a float answer keeps the dtype of the float inputs ----------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "right"),
+    [("attention", right_attention), ("add_learned_positions", right_add_learned_positions)],
+)
+def test_float_answers_must_keep_the_inputs_dtype(name, right, capsys) -> None:
+    """The tables and q, k, v are float32: the right values returned as float64 are refused."""
+    assert check(name, right, verbose=False)
+    assert not check(name, lambda *a, **k: right(*a, **k).double())
+    out = capsys.readouterr().out
+    assert f"✗ {name}: the values are right, the dtype is not, on input 1" in out
+    assert "expected dtype torch.float32, got dtype torch.float64" in out

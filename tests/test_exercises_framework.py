@@ -278,9 +278,105 @@ def test_the_dtype_of_a_tensor_inside_a_tuple_is_checked(typed, capsys) -> None:
     assert "item 0: expected dtype torch.float32, got dtype torch.float16" in out
 
 
-def test_without_a_stated_dtype_any_float_dtype_passes(typed) -> None:
+def test_without_a_stated_dtype_the_inputs_dtype_is_required(typed, capsys) -> None:
+    """TOY's inputs are float32, so its answer is float32: a float64 answer is refused."""
     assert TOY.dtype is None
-    assert check("toy_double", lambda x: (2 * x).double(), verbose=False) is True
+    assert check("toy_double", lambda x: (2 * x).double()) is False
+    out = capsys.readouterr().out
+    assert "✗ toy_double: the values are right, the dtype is not, on input 1 of 2" in out
+    assert "expected dtype torch.float32, got dtype torch.float64" in out
+    assert "the dtype of the float tensors passed in (torch.float32 here)" in out
+    assert ".to(x.dtype)" in out
+
+
+def test_float64_inputs_ask_for_a_float64_answer(monkeypatch, capsys) -> None:
+    """The same exercise on float64 inputs: the float64 answer passes, a float32 one does not."""
+    toy64 = Exercise(
+        name="toy_double_64",
+        summary="double a float64 tensor",
+        signature="(x) -> Tensor",
+        reference=_doubled,
+        cases=(Case("x = [1, 2] (float64)", lambda: ((torch.tensor([1.0, 2.0]).double(),), {})),),
+        hint="multiply by two",
+    )
+    monkeypatch.setitem(framework._REGISTRY, toy64.name, toy64)
+    assert check("toy_double_64", lambda x: x + x, verbose=False) is True
+    assert check("toy_double_64", lambda x: (x + x).float()) is False
+    assert "expected dtype torch.float64, got dtype torch.float32" in capsys.readouterr().out
+
+
+def _indices(n: int) -> torch.Tensor:
+    return torch.arange(n - 1, -1, -1)
+
+
+INDEX_TOY = Exercise(
+    name="toy_reversed_indices",
+    summary="the indices n-1, ..., 0",
+    signature="(n) -> integer Tensor[n]",
+    reference=_indices,
+    cases=(Case.of(4), Case.of(200)),
+    hint="count down",
+)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16])
+def test_an_index_answer_may_have_any_signed_integer_dtype(monkeypatch, dtype) -> None:
+    monkeypatch.setitem(framework._REGISTRY, INDEX_TOY.name, INDEX_TOY)
+    assert check(INDEX_TOY.name, lambda n: _indices(n).to(dtype), verbose=False) is True
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.uint8])
+def test_an_index_answer_in_a_float_or_unsigned_dtype_is_refused(monkeypatch, capsys, dtype):
+    """Right values, but torch cannot index with floats and reads uint8 as a mask."""
+    monkeypatch.setitem(framework._REGISTRY, INDEX_TOY.name, INDEX_TOY)
+    assert check(INDEX_TOY.name, lambda n: _indices(n).to(dtype)) is False
+    out = capsys.readouterr().out
+    assert "the values are right, the dtype is not, on input 1 of 2" in out
+    assert f"expected a signed integer dtype (such as torch.int64), got dtype {dtype}" in out
+    assert ".long()" in out
+
+
+def test_a_mask_answer_must_be_bool(monkeypatch, capsys) -> None:
+    mask_toy = Exercise(
+        name="toy_mask",
+        summary="x < 2",
+        signature="(x) -> bool Tensor",
+        reference=lambda x: x < 2,
+        cases=TOY.cases,
+        hint="compare",
+    )
+    monkeypatch.setitem(framework._REGISTRY, mask_toy.name, mask_toy)
+    assert check("toy_mask", lambda x: x < 2, verbose=False) is True
+    assert check("toy_mask", lambda x: (x < 2).long()) is False
+    out = capsys.readouterr().out
+    assert "expected dtype torch.bool, got dtype torch.int64" in out
+    assert "return a bool tensor" in out
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, tuple | list):
+        return [t for v in value for t in _tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    return []
+
+
+@pytest.mark.parametrize("name", list_exercises())
+def test_every_reference_follows_the_dtype_policy(name: str) -> None:
+    """Float answers have the float inputs' dtype, or else the dtype the exercise states."""
+    exercise = exercises.get_exercise(name)
+    for case in exercise.cases:
+        args, kwargs = case.make()
+        float_inputs = {t.dtype for t in _tensors((args, kwargs)) if t.is_floating_point()}
+        outputs = {t.dtype for t in _tensors(exercise.reference(*args, **kwargs))}
+        float_outputs = {d for d in outputs if d.is_floating_point}
+        if float_inputs:  # the inputs fix the dtype; nothing else may be stated
+            assert len(float_inputs) == 1 and float_outputs <= float_inputs, (name, case)
+            assert exercise.dtype is None, name
+        elif float_outputs:  # plain-number inputs: the exercise states the dtype
+            assert float_outputs == {exercise.dtype}, (name, case)
 
 
 @pytest.mark.parametrize(
@@ -289,7 +385,7 @@ def test_without_a_stated_dtype_any_float_dtype_passes(typed) -> None:
 def test_every_stated_dtype_is_enforced(name: str) -> None:
     """The reference returns the promised dtype; the same values in another dtype are refused."""
     exercise = exercises.get_exercise(name)
-    other = torch.int32 if not exercise.dtype.is_floating_point else torch.float64
+    other = torch.float32 if exercise.dtype == torch.float64 else torch.float64
 
     def recast(value):
         if isinstance(value, torch.Tensor):
@@ -306,11 +402,12 @@ def test_every_stated_dtype_is_enforced(name: str) -> None:
 
 
 def test_the_exercises_whose_chapters_state_a_dtype_declare_it() -> None:
-    """The chapters' exercise texts promise these dtypes (float32 tables, an int64 index tensor)."""
+    """The chapters' exercise texts promise these dtypes (float32 tables, float64 matrices)."""
     stated = {
         "sinusoidal_encoding": torch.float32,
         "relative_map": torch.float32,
-        "layout_permutation": torch.int64,
+        "rope_matrix": torch.float64,
+        "yarn_ramp": torch.float64,
         "alibi_slopes": torch.float32,
         "alibi_bias": torch.float32,
         "linear_scaling": torch.float32,

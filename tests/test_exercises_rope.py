@@ -39,7 +39,7 @@ def rope_interleaved_by_loops(x, positions, base=10000.0, *, sign=1, index_from=
 
 
 def rope_matrix_by_loops(position, dim, base=10000.0, *, transpose=False, index_from=0):
-    matrix = torch.zeros(dim, dim)
+    matrix = torch.zeros(dim, dim, dtype=torch.float64)  # the chapter's template: float64
     for i in range(dim // 2):
         angle = position * base ** (-2 * (i + index_from) / dim)
         block = torch.tensor(
@@ -234,3 +234,42 @@ def test_base_1000_hint_is_not_given_for_other_slips(capsys) -> None:
     )
     out = capsys.readouterr().out
     assert "wrong way" in out and "base 1000" not in out
+
+
+# ---- the dtype policy: any signed integer dtype for indices, the inputs' dtype for floats --------
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16])
+def test_layout_permutation_accepts_any_signed_integer_dtype(dtype) -> None:
+    """An int32 permutation indexes a tensor exactly as an int64 one does."""
+    assert check("layout_permutation", lambda d: permutation_by_list(d).to(dtype), verbose=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.uint8])
+def test_layout_permutation_refuses_float_and_unsigned_indices(dtype, capsys) -> None:
+    assert not check("layout_permutation", lambda d: permutation_by_list(d).to(dtype))
+    out = capsys.readouterr().out
+    assert "✗ layout_permutation: the values are right, the dtype is not" in out
+    assert f"expected a signed integer dtype (such as torch.int64), got dtype {dtype}" in out
+
+
+@pytest.mark.parametrize(
+    ("name", "right"),
+    [("rotate_half", rotate_half_by_index), ("apply_rope_interleaved", rope_interleaved_by_loops)],
+)
+def test_float_answers_must_keep_the_inputs_dtype(name, right, capsys) -> None:
+    """The inputs are float32: the right values returned as float64 (or float16) are refused."""
+    assert check(name, right, verbose=False)
+    for wrong in (torch.float64, torch.float16):
+        assert not check(name, lambda *a, _w=wrong, **k: right(*a, **k).to(_w))
+        out = capsys.readouterr().out
+        if wrong == torch.float64:  # float16 may already fail on the values
+            assert f"expected dtype torch.float32, got dtype {wrong}" in out
+            assert ".to(x.dtype)" in out
+
+
+def test_rope_matrix_is_float64_as_the_template_builds_it(capsys) -> None:
+    assert not check("rope_matrix", lambda *a, **k: rope_matrix_by_loops(*a, **k).float())
+    out = capsys.readouterr().out
+    assert "expected dtype torch.float64, got dtype torch.float32" in out
+    assert ".to(torch.float64)" in out

@@ -3,6 +3,8 @@ here, lucidrains' rotary-embedding-torch, and the mathematical properties RoPE i
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import math
 
 import pytest
@@ -96,6 +98,46 @@ def test_rope_theta_is_the_sinusoidal_theta(dim: int, base: float) -> None:
 def test_rotate_half_matches_hf() -> None:
     x = gaussian(3, 5, 16, seed=1)
     torch.testing.assert_close(rotate_half(x), hf_rotate_half(x), rtol=0, atol=0)
+
+
+# The name trap inside transformers itself (chapter "RoPE in practice", "Two layouts"): the Llama
+# family's rotate_half is the half layout's, and so is GLM-4.5's (glm4_moe), but Cohere's function
+# of the same name, GLM's and GLM-4's (whose docstrings say "Rotates half the hidden dims") and
+# GPT-J's and CodeGen's rotate_every_two all swap adjacent features: the interleaved layout.
+HALF_IN_TRANSFORMERS = ["llama", "mistral", "qwen2", "gemma", "gpt_neox", "glm4_moe"]
+INTERLEAVED_IN_TRANSFORMERS = [
+    ("cohere", "rotate_half"),
+    ("glm", "rotate_half"),
+    ("glm4", "rotate_half"),
+    ("gptj", "rotate_every_two"),
+    ("codegen", "rotate_every_two"),
+]
+
+
+def _transformers_function(model: str, name: str):
+    module = importlib.import_module(f"transformers.models.{model}.modeling_{model}")
+    return getattr(module, name)
+
+
+@pytest.mark.parametrize("model", HALF_IN_TRANSFORMERS)
+def test_the_llama_family_rotates_half(model: str) -> None:
+    x = gaussian(2, 3, 5, 16, seed=11)  # (batch, heads, seq, head_dim)
+    rotate = _transformers_function(model, "rotate_half")
+    torch.testing.assert_close(rotate(x), rotate_half(x), rtol=0, atol=0)
+    assert not torch.equal(rotate(x), rotate_interleaved(x))
+
+
+@pytest.mark.parametrize(("model", "name"), INTERLEAVED_IN_TRANSFORMERS)
+def test_cohere_glm_gptj_and_codegen_rotate_interleaved(model: str, name: str) -> None:
+    x = gaussian(2, 3, 5, 16, seed=12)  # (batch, heads, seq, head_dim): GPT-J indexes 4 dims
+    rotate = _transformers_function(model, name)
+    torch.testing.assert_close(rotate(x), rotate_interleaved(x), rtol=0, atol=0)
+    assert not torch.equal(rotate(x), rotate_half(x))
+
+
+def test_cohere_says_its_rotate_half_differs_from_llama() -> None:
+    source = inspect.getsource(_transformers_function("cohere", "rotate_half"))
+    assert "different from e.g. Llama" in source
 
 
 def test_rotate_interleaved_is_multiplication_by_i() -> None:

@@ -56,11 +56,16 @@ class Mistake:
 class Exercise:
     """An exercise: its reference, the inputs it is checked on, and how to compare outputs.
 
-    ``dtype`` is the dtype the exercise's spec promises for every tensor in the output (for
-    example ``torch.float32`` for a table the chapter asks to return as float32), or ``None`` when
-    the spec leaves it open. The values are compared first; an answer whose values are right on
-    every input but whose dtype differs from the promised one is then rejected with a message
-    that names both dtypes.
+    The dtype policy, the same for every exercise (see ``dtype_difference``): an index
+    answer (the reference returns an integer tensor) may have any signed integer dtype; a
+    boolean answer is a bool tensor; a float answer has exactly the dtype of the reference's
+    output, which is the dtype of the float tensors the exercise passes in, or, for an exercise
+    whose inputs are plain numbers, the dtype its text states. ``dtype`` is that stated dtype
+    (for example ``torch.float32`` for a table the chapter asks to return as float32); it is
+    ``None`` for an exercise whose float inputs fix the dtype. The tests check that every
+    reference returns the dtype the policy asks for.
+    The values are compared first; an answer whose values are right on every input but whose
+    dtype breaks the policy is then rejected with a message that names the expected and the got.
     """
 
     name: str
@@ -169,22 +174,65 @@ def compare_outputs(expected: Any, got: Any, rtol: float, atol: float) -> str | 
     return None if got == expected else f"expected {_describe(expected)}, got {_describe(got)}"
 
 
-def dtype_difference(expected: Any, got: Any, dtype: torch.dtype) -> str | None:
-    """``None`` when every tensor of ``got`` that stands where ``expected`` has one is ``dtype``.
+def _dtype_kind(dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return "bool"
+    if dtype.is_floating_point or dtype.is_complex:
+        return "float"
+    # torch indexes with signed integers; a uint8 tensor used as an index is read as a mask
+    return "integer" if dtype.is_signed else "unsigned"
 
-    ``expected`` and ``got`` already match in value (and so in structure); tuples and lists are
-    walked item by item. Returns a one-line description of the first tensor with another dtype.
+
+def dtype_difference(expected: Any, got: Any) -> str | None:
+    """``None`` when ``got`` follows the dtype policy, tensor by tensor, else what breaks it.
+
+    ``expected`` (the reference's output) and ``got`` already match in value, and so in
+    structure; tuples and lists are walked item by item. The policy: where ``expected`` has an
+    integer tensor, ``got`` may have any signed integer dtype (an index is an index, int32 or
+    int64; torch reads a uint8 index as a mask); a
+    bool tensor must be bool; a float tensor must have exactly ``expected``'s dtype. Returns a
+    one-line description of the first tensor that breaks it, naming the expected and the got
+    dtype.
     """
     if isinstance(expected, torch.Tensor) and isinstance(got, torch.Tensor):
-        if got.dtype != dtype:
-            return f"expected dtype {dtype}, got dtype {got.dtype}"
+        want = expected.dtype
+        if _dtype_kind(want) == "integer":
+            if _dtype_kind(got.dtype) != "integer":
+                return (
+                    f"expected a signed integer dtype (such as torch.int64), got dtype {got.dtype}"
+                )
+            return None
+        if got.dtype != want:
+            return f"expected dtype {want}, got dtype {got.dtype}"
         return None
     if isinstance(expected, tuple | list) and isinstance(got, tuple | list):
         for i, (e, g) in enumerate(zip(expected, got, strict=False)):
-            problem = dtype_difference(e, g, dtype)
+            problem = dtype_difference(e, g)
             if problem is not None:
                 return f"item {i}: {problem}"
     return None
+
+
+def _dtype_hint(exercise: Exercise, problem: str) -> str:
+    """The hint after a dtype rejection: what the policy asks and how to follow it."""
+    if "integer dtype" in problem:
+        return (
+            "an index answer may have any signed integer dtype (torch.arange gives int64); "
+            "floats cannot index a tensor and torch reads bool or uint8 as a mask, so build the "
+            "indices as integers or convert with .long()."
+        )
+    if "expected dtype torch.bool" in problem:
+        return "the answer is a mask: return a bool tensor (a comparison such as a < b gives one)."
+    if exercise.dtype is not None:
+        return (
+            f"the exercise asks for {exercise.dtype}; compute in whatever precision you like, "
+            f"then return the result with .to({exercise.dtype})."
+        )
+    want = problem.split("expected dtype ", 1)[1].split(",", 1)[0]
+    return (
+        f"a float answer has the dtype of the float tensors passed in ({want} here); compute in "
+        f"whatever precision you like, then return the result with .to(x.dtype), x being an input."
+    )
 
 
 def _run(fn: Callable[..., Any], case: Case) -> Any:
@@ -208,9 +256,10 @@ def check(name: str, candidate: Callable[..., Any], *, verbose: bool = True) -> 
 
     Prints a short verdict (which input failed, expected vs got, a hint) when ``verbose`` and
     returns ``True`` only if every case matches. An exception raised by ``candidate`` is reported,
-    never re-raised. Unknown names raise ``KeyError`` listing the known ones. When the exercise
-    states a ``dtype``, an answer with the right values but another dtype is rejected too; values
-    are judged first, so a wrong value is always what is reported when there is one.
+    never re-raised. Unknown names raise ``KeyError`` listing the known ones. An answer with the
+    right values whose dtype breaks the policy of :class:`Exercise` (any integer dtype for
+    indices, the inputs' or the stated float dtype for floats) is rejected too; values are judged
+    first, so a wrong value is always what is reported when there is one.
     """
     exercise = get_exercise(name)
     if not callable(candidate):
@@ -243,19 +292,17 @@ def check(name: str, candidate: Callable[..., Any], *, verbose: bool = True) -> 
                 )
             return False
         results.append((number, case, expected, got))
-    if exercise.dtype is not None:
-        for number, case, expected, got in results:
-            problem = dtype_difference(expected, got, exercise.dtype)
-            if problem is not None:
-                if verbose:
-                    print(
-                        f"✗ {name}: the values are right, the dtype is not, on input {number} of "
-                        f"{len(exercise.cases)}: {case.description}\n"
-                        f"  {problem}\n"
-                        f"  Hint: the exercise asks for {exercise.dtype}; compute in whatever "
-                        f"precision you like, then return the result with .to({exercise.dtype})."
-                    )
-                return False
+    for number, case, expected, got in results:
+        problem = dtype_difference(expected, got)
+        if problem is not None:
+            if verbose:
+                print(
+                    f"✗ {name}: the values are right, the dtype is not, on input {number} of "
+                    f"{len(exercise.cases)}: {case.description}\n"
+                    f"  {problem}\n"
+                    f"  Hint: {_dtype_hint(exercise, problem)}"
+                )
+            return False
     if verbose:
         print(f"✓ {name}: correct on all {len(exercise.cases)} test inputs.")
     return True

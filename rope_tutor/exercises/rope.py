@@ -133,7 +133,11 @@ def _interleaved_base_1000(x, positions, base=1000.0):
 
 
 def _interleaved_rotate_discarded(x, positions, base=10000.0):
-    """The errata's discarded rotate: x * cos + x * sin, the rotated copy of x never used."""
+    """The errata's hypothetical slip: x * cos + x * sin, the rotated copy of x never used.
+
+    (A stray ``rotate_half(x)`` line before the correct return is harmless dead code; the slip is
+    the return that uses ``x`` where ``rotate_half(x)`` belongs.)
+    """
     angles = positions.double()[:, None] * _theta(x.shape[-1], base)  # (seq, d/2)
     cos, sin = angles.cos().repeat_interleave(2, -1), angles.sin().repeat_interleave(2, -1)
     return x.double() * cos + x.double() * sin
@@ -248,7 +252,7 @@ register(
     Exercise(
         name="rope_matrix",
         summary="the dense block-diagonal rotation R^d_{Theta,m} (interleaved pairs)",
-        signature="(position, dim, base=10000.0) -> Tensor[dim, dim]",
+        signature="(position, dim, base=10000.0) -> float64 Tensor[dim, dim]",
         reference=_reference_matrix,
         cases=(
             Case.of(1, 2),
@@ -284,6 +288,7 @@ register(
         ),
         rtol=1e-5,
         atol=1e-5,
+        dtype=torch.float64,  # the chapter's template builds the matrix in float64
         chapter="rope_derivation",
     )
 )
@@ -300,7 +305,7 @@ register(
     Exercise(
         name="layout_permutation",
         summary="the feature order perm with x_half = x_interleaved[perm] (Meta -> Hugging Face)",
-        signature="(head_dim) -> LongTensor[head_dim]",
+        signature="(head_dim) -> integer Tensor[head_dim] (any integer dtype)",
         reference=interleaved_to_half_permutation,
         cases=(Case.of(4), Case.of(8), Case.of(16), Case.of(128)),
         hint=(
@@ -319,7 +324,6 @@ register(
                 _permutation_identity,
             ),
         ),
-        dtype=torch.int64,
         chapter="rope_in_practice",
     )
 )

@@ -260,7 +260,7 @@ register(
         summary="YaRN's ramp gamma_i: 1 keeps a fast pair, 0 interpolates a slow pair fully",
         signature=(
             "(dim, base, original_max_position_embeddings, beta_fast=32.0, beta_slow=1.0) "
-            "-> Tensor[dim // 2]"
+            "-> float64 Tensor[dim // 2]"
         ),
         reference=_yarn_ramp,
         cases=(
@@ -302,6 +302,7 @@ register(
                 _ramp_not_clamped,
             ),
         ),
+        dtype=torch.float64,  # the chapter asks for a float64 tensor
         chapter="yarn_and_beyond",
     )
 )
