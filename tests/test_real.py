@@ -334,6 +334,10 @@ def test_read_text_checks_its_name_version_and_bytes(monkeypatch) -> None:
         "sha256": texts.TEXTS["code"][3],
     }
     assert len(text.encode("utf-8")) == 143_770 and "class Expr(Basic, EvalfMixin):" in text
+    technical, provenance = texts.read_text("technical")
+    assert (provenance["package"], provenance["version"]) == ("numpy", "2.4.6")
+    assert len(technical.encode("utf-8")) == 216_086
+    assert "add_newdoc('numpy._core', 'flatiter'," in technical
     with pytest.raises(ValueError, match="name='prose'"):
         texts.read_text("prose")
     package, version, path, digest = texts.TEXTS["code"]
@@ -459,12 +463,16 @@ def _saved(name: str) -> tuple[dict[str, Any], RealSettings]:
         pytest.fail(f"{path} is missing: run `python -m rope_tutor.real all` (see README)")
     saved = json.loads(path.read_text(encoding="utf-8"))
     name_of_settings = saved["provenance"]["settings"]["name"]
+    base, _, text = name_of_settings.partition("-")  # "book" or "book-<text>" (the texts step)
     if RESULTS_VARIABLE not in os.environ:
-        assert name_of_settings == "book", "the shipped results must be the book's configuration"
-    settings = {"book": BOOK, "quick": QUICK}[name_of_settings]
+        assert base == "book", "the shipped results must be the book's configuration"
+    settings = {"book": BOOK, "quick": QUICK}[base]
+    if text:
+        settings = experiments.text_settings(settings, text)
     expected = {k: v for k, v in asdict(settings).items() if k != "extra"}
     assert saved["provenance"]["settings"] == json.loads(json.dumps(expected))
-    assert saved["window"] == (settings.window or WINDOW)
+    if "window" in saved:  # every step but memory
+        assert saved["window"] == (settings.window or WINDOW)
     return saved, settings
 
 
@@ -479,14 +487,20 @@ def _check_provenance(provenance: dict[str, Any], entries: dict[str, Any]) -> No
     assert provenance["wall_s"] == pytest.approx(sum(walls), abs=0.05 * len(walls) + 0.1)
 
 
-@pytest.mark.parametrize("name", ["loss_vs_position.json", "reach.json"])
+TEXT_FILES = [f"loss_{text}.json" for text in experiments.OTHER_TEXTS]
+
+
+@pytest.mark.parametrize(
+    "name", ["loss_vs_position.json", *TEXT_FILES, "memory.json", "reach.json"]
+)
 def test_saved_results_carry_their_provenance(name) -> None:
-    saved, _ = _saved(name)
+    saved, settings = _saved(name)
     entries = saved["passes" if "passes" in saved else "cells"]
     _check_provenance(saved["provenance"], entries)
-    if name == "loss_vs_position.json":
-        _, text_provenance = texts.read_text(BOOK.text)
+    if name != "reach.json":
+        _, text_provenance = texts.read_text(settings.text)
         assert saved["provenance"]["text"] == text_provenance
+    if name.startswith("loss"):
         assert saved["provenance"]["text_tokens"] >= 2 * WINDOW
 
 
@@ -505,6 +519,53 @@ def test_saved_loss_has_every_pass_with_its_bins() -> None:
             bins -= first
         assert len(entry["bins"]) == bins
         assert all(math.isfinite(b) and b > 0 for b in entry["bins"])
+
+
+@pytest.mark.parametrize("name", TEXT_FILES)
+def test_saved_text_loss_has_every_pass_with_its_bins(name) -> None:
+    saved, settings = _saved(name)
+    passes = experiments._text_passes(settings, saved["window"])
+    assert {m for m, _, _ in passes} == set(experiments.TEXT_METHODS)
+    assert set(saved["passes"]) == {experiments._key(*p) for p in passes}
+    for method, factor, length in passes:
+        entry = saved["passes"][experiments._key(method, factor, length)]
+        assert (entry["method"], entry["factor"], entry["length"]) == (method, factor, length)
+        assert len(entry["bins"]) == (length - 1) // settings.bin_size + 1
+        assert all(math.isfinite(b) and b > 0 for b in entry["bins"])
+        assert entry["peak_rss_mib"] >= entry["rss_before_mib"] > 0
+
+
+def test_saved_memory_has_every_length() -> None:
+    saved, _ = _saved("memory.json")
+    assert sorted(p["length"] for p in saved["passes"].values()) == sorted(
+        experiments.MEMORY_LENGTHS
+    )
+    assert saved["provenance"]["attention"] == "sdpa"  # transformers 5's default
+    for entry in saved["passes"].values():
+        assert entry["peak_rss_mib"] >= entry["rss_before_mib"] > 100  # the model alone is more
+
+
+def test_yarn_without_temperature_differs_from_yarn_only_in_the_attention_factor() -> None:
+    """The same frequencies (YaRN's ramp), and attention factor 1 against YaRN's
+    0.1 ln s + 1 (Eq. 22 of Peng et al.), computed here from the formula."""
+    for s in (1.5, 2.0, 4.0):
+        yarn = rt.rope_parameters(HEAD_DIM, BASE, experiments.scaling_for("yarn", s, WINDOW))
+        bare = experiments.scaling_for("yarn_no_temperature", s, WINDOW)
+        inv_freq, factor = rt.rope_parameters(HEAD_DIM, BASE, bare)
+        assert torch.equal(inv_freq, yarn[0]) and factor == 1.0
+        assert yarn[1] == pytest.approx(0.1 * math.log(s) + 1, abs=1e-12)
+
+
+def test_peak_rss_resets_and_grows_with_an_allocation() -> None:
+    """The memory step's meter: after a reset the peak is the current RSS; a 64 MiB tensor
+    that is touched and freed raises the peak by about that much (Linux only)."""
+    if not Path("/proc/self/clear_refs").exists():
+        pytest.skip("VmHWM and clear_refs are Linux's")
+    before = experiments.peak_rss_mib(reset=True)
+    assert abs(before - experiments.rss_mib()) < 8
+    block = torch.ones(16 * 1024 * 1024)  # 64 MiB of float32, written
+    del block
+    assert experiments.peak_rss_mib() - before > 48
 
 
 def test_saved_reach_has_every_cell_and_the_prompts_the_code_builds(loaded) -> None:
@@ -549,12 +610,21 @@ def test_saved_reach_cell_is_what_the_code_computes(loaded) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["none", "yarn"])
-def test_saved_loss_bins_are_what_the_code_computes(loaded, method) -> None:
+@pytest.mark.parametrize(
+    "method, name",
+    [
+        ("none", "loss_vs_position.json"),
+        ("yarn", "loss_vs_position.json"),
+        ("yarn_no_temperature", "loss_vs_position.json"),
+        *[(m, f) for f in TEXT_FILES for m in ("none", "yarn_no_temperature")],
+    ],
+)
+def test_saved_loss_bins_are_what_the_code_computes(loaded, method, name) -> None:
     """The model is causal, so the first two bins of a saved pass (over s * L tokens) come from a
-    pass over just their tokens: re-compute them, for the unscaled model and for YaRN."""
+    pass over just their tokens: re-compute them, for the unscaled model, YaRN and YaRN without
+    its temperature, on the first text and on the others."""
     model, tokenizer = loaded
-    saved, settings = _saved("loss_vs_position.json")
+    saved, settings = _saved(name)
     window = saved["window"]
     factor = 1.0 if method == "none" else max(settings.multiples)
     entry = saved["passes"][
@@ -593,10 +663,23 @@ def test_quick_run_writes_results_and_resumes_without_recomputing(loaded, tmp_pa
     call finds every pass and cell done; a deleted pass is recomputed alone, to the same bins."""
     model, tokenizer = loaded
     loss_file, reach_file = tmp_path / "loss_vs_position.json", tmp_path / "reach.json"
+    memory_file = tmp_path / "memory.json"
+    memory = as_json(experiments.run_memory(model, tokenizer, QUICK, memory_file, (QUICK.window,)))
     loss = as_json(experiments.run_loss(model, tokenizer, QUICK, loss_file))
+    text_loss = {
+        text: as_json(
+            experiments.run_text_loss(model, tokenizer, QUICK, text, tmp_path / f"loss_{text}.json")
+        )
+        for text in experiments.OTHER_TEXTS
+    }
     reach = as_json(experiments.run_reach(model, tokenizer, QUICK, reach_file))
     assert json.loads(loss_file.read_text()) == loss and json.loads(reach_file.read_text()) == reach
     assert len(loss["passes"]) == len(experiments._loss_passes(QUICK, QUICK.window))
+    assert list(memory["passes"]) == [str(QUICK.window)]
+    for text, result in text_loss.items():
+        assert result["provenance"]["text"]["path"] == texts.TEXTS[text][2]
+        assert len(result["passes"]) == len(experiments.TEXT_METHODS)
+        _check_provenance(result["provenance"], result["passes"])
     assert len(reach["cells"]) == len(experiments._reach_cells(QUICK, QUICK.window))
     _check_provenance(loss["provenance"], loss["passes"])
     _check_provenance(reach["provenance"], reach["cells"])
@@ -615,6 +698,7 @@ def test_quick_run_writes_results_and_resumes_without_recomputing(loaded, tmp_pa
     threads = torch.get_num_threads()
     cli.main(["all", "--quick", "--out", str(tmp_path), "--no-progress", "--threads", str(threads)])
     assert calls == [] and json.loads(reach_file.read_text()) == reach
+    assert json.loads(memory_file.read_text()) == memory
 
     dropped = experiments._key("pi", 2.0, 2 * QUICK.window)
     partial = json.loads(loss_file.read_text())

@@ -1,10 +1,11 @@
 """Command line: ``python -m rope_tutor.real all`` reproduces the saved results of chapter "A
 real model past its window".
 
-Subcommands ``loss`` and ``reach`` run one step each (``all`` runs both); ``--quick`` runs a tiny
-configuration (about a minute, most of it loading the model) for smoke tests; ``--out`` picks the
-folder (default: the package's saved results, ``rope_tutor/results/real/``). A run that stops
-resumes where it stopped: finished passes are kept in the output files.
+Subcommands ``loss``, ``texts`` (the other texts), ``memory`` and ``reach`` run one step each
+(``all`` runs them all, ``memory`` first, for its baseline); ``--quick`` runs a tiny
+configuration (about a minute, most of it loading the model) for smoke tests; ``--out`` picks
+the folder (default: the package's saved results, ``rope_tutor/results/real/``). A run that
+stops resumes where it stopped: finished passes are kept in the output files.
 """
 
 from __future__ import annotations
@@ -18,11 +19,19 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from rope_tutor.real.experiments import BOOK, QUICK, run_loss, run_reach
+from rope_tutor.real.experiments import (
+    BOOK,
+    OTHER_TEXTS,
+    QUICK,
+    run_loss,
+    run_memory,
+    run_reach,
+    run_text_loss,
+)
 from rope_tutor.real.model import load
 from rope_tutor.results import RESULTS_DIR
 
-COMMANDS = ("all", "loss", "reach")
+COMMANDS = ("all", "loss", "texts", "memory", "reach")
 DEFAULT_OUT_DIR = RESULTS_DIR / "real"
 
 
@@ -49,8 +58,16 @@ def main(argv: list[str] | None = None) -> None:
     def progress(name: str):
         return lambda items: tqdm(list(items), desc=name, unit="pass", disable=args.no_progress)
 
+    if args.command in ("all", "memory"):  # first: its baseline is the freshly loaded model
+        lengths = (QUICK.window,) if args.quick else None
+        kwargs = {"lengths": lengths} if lengths else {}
+        run_memory(model, tokenizer, settings, out_dir / "memory.json", **kwargs)
     if args.command in ("all", "loss"):
         run_loss(model, tokenizer, settings, out_dir / "loss_vs_position.json", progress("loss"))
+    if args.command in ("all", "texts"):
+        for text in OTHER_TEXTS:
+            out = out_dir / f"loss_{text}.json"
+            run_text_loss(model, tokenizer, settings, text, out, progress(f"loss, {text}"))
     if args.command in ("all", "reach"):
         run_reach(model, tokenizer, settings, out_dir / "reach.json", progress("reach"))
     print(f"done in {time.perf_counter() - started:.0f} s; results in {out_dir}")

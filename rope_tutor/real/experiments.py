@@ -9,10 +9,20 @@ the next call with the same settings skips them.
   unscaled model and every method (PI, static NTK, dynamic NTK, YaRN with the paper's beta,
   Llama 3 bands), with the factor matched to the length (s = 1.5 at 1.5 L, s = 2 at 2 L). The
   model is causal, so a pass over 2 L tokens at s = 2 also gives that fixed factor's loss on
-  every shorter text: its cost inside the window shows in the same curve. Dynamic NTK (factor
+  every shorter text: its cost inside the window shows in the same curve. One more pass, YaRN
+  at s = 2 without its attention temperature (``yarn_no_temperature``: the same frequencies,
+  attention factor 1), shows what the temperature alone buys. Dynamic NTK (factor
   1: the scale is exactly l / L) is evaluated in 2,048-token pieces: the loss at positions
   (l - 2048, l] comes from a pass over l tokens, as a reader who re-runs the model on a growing
   text would get it.
+* ``texts``: the same measurement on the other texts of ``texts.TEXTS`` (one file each,
+  ``loss_<text>.json``), for fewer settings: the unscaled model and the methods that rank best
+  on the first text (static NTK, YaRN, Llama 3), plus YaRN without its temperature, each in one
+  pass over 2 L tokens at s = 2 (its bins below L are the cost of a fixed s = 2 inside the
+  window, those past L what it buys up to 2 L).
+* ``memory``: the process's resident memory (RSS) before, and its peak during, one unscaled
+  pass over each of ``MEMORY_LENGTHS`` tokens, to say whether a longer pass is limited by memory
+  or by time (the passes of ``loss`` and ``texts`` record their peaks too).
 * ``reach``: the passkey and copy probes (``probes``) at several depths, inside the window for
   the unscaled model, and at 2 L for the unscaled model and the methods that ``loss`` ranks best.
 """
@@ -20,6 +30,7 @@ the next call with the same settings skips them.
 from __future__ import annotations
 
 import json
+import resource
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -35,10 +46,22 @@ from rope_tutor.real.probes import build_prompt, score_prompt
 from rope_tutor.real.texts import read_text
 from rope_tutor.runtime import cpu_model
 
-__all__ = ["BOOK", "QUICK", "RealSettings", "scaling_for", "run_loss", "run_reach"]
+__all__ = [
+    "BOOK",
+    "QUICK",
+    "OTHER_TEXTS",
+    "RealSettings",
+    "scaling_for",
+    "run_loss",
+    "run_memory",
+    "peak_rss_mib",
+    "run_reach",
+    "run_text_loss",
+    "text_settings",
+]
 
 #: The methods of the chapter, keyed like the package's palette.
-METHODS = ("none", "pi", "ntk", "dynamic_ntk", "yarn", "llama3")
+METHODS = ("none", "pi", "ntk", "dynamic_ntk", "yarn", "llama3", "yarn_no_temperature")
 
 
 @dataclass(frozen=True)
@@ -61,6 +84,13 @@ class RealSettings:
 
 
 BOOK = RealSettings("book")
+#: The texts of the ``texts`` step (``BOOK.text`` is the first), and the methods run on them.
+OTHER_TEXTS = ("technical",)
+TEXT_METHODS = ("none", "yarn", "yarn_no_temperature", "ntk", "llama3")
+
+#: Lengths of the ``memory`` step, in tokens (the ``texts`` step records the peak at 2 L).
+MEMORY_LENGTHS = (1024, 2048, 4096)
+
 QUICK = RealSettings(
     "quick",
     window=256,
@@ -78,7 +108,9 @@ def scaling_for(method: str, factor: float, window: int) -> dict[str, Any] | Non
 
     ``none`` is ``None``; ``pi`` is ``linear``; ``dynamic_ntk`` uses factor 1 (the scale at
     length l is l / L; the registry's ``factor`` is a slope, see ``transformers_rope_parameters``);
-    ``yarn`` has the paper's beta_fast = 32, beta_slow = 1; ``llama3`` Meta's low 1, high 4.
+    ``yarn`` has the paper's beta_fast = 32, beta_slow = 1; ``yarn_no_temperature`` is the same
+    with ``attention_factor`` 1 (YaRN's frequencies without the logit scale (0.1 ln s + 1)^2 of
+    YaRN's Eq. 22); ``llama3`` Meta's low 1, high 4.
     Raises ``ValueError`` for an unknown method.
     """
     windowed = {"original_max_position_embeddings": window}
@@ -92,6 +124,14 @@ def scaling_for(method: str, factor: float, window: int) -> dict[str, Any] | Non
             "factor": factor,
             "beta_fast": 32.0,
             "beta_slow": 1.0,
+            **windowed,
+        },
+        "yarn_no_temperature": {
+            "rope_type": "yarn",
+            "factor": factor,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "attention_factor": 1.0,
             **windowed,
         },
         "llama3": {
@@ -173,7 +213,23 @@ def _loss_passes(settings: RealSettings, L: int) -> list[tuple[str, float, int]]
             passes.append((method, float(m), round(m * L)))
     for length in range(L + settings.dynamic_piece, longest + 1, settings.dynamic_piece):
         passes.append(("dynamic_ntk", length / L, length))
+    passes.append(("yarn_no_temperature", float(max(settings.multiples)), longest))
     return passes
+
+
+def _text_passes(settings: RealSettings, L: int) -> list[tuple[str, float, int]]:
+    """(method, factor, length) of every pass of the ``texts`` step: one pass over the longest
+    length for each of ``TEXT_METHODS``, at the largest factor (the unscaled model at 1)."""
+    top = float(max(settings.multiples))
+    longest = round(top * L)
+    return [(m, 1.0 if m == "none" else top, longest) for m in TEXT_METHODS]
+
+
+def text_settings(settings: RealSettings, text: str) -> RealSettings:
+    """``settings`` for another text: the same sizes, named ``<name>-<text>``."""
+    from dataclasses import replace
+
+    return replace(settings, name=f"{settings.name}-{text}", text=text)
 
 
 def _key(method: str, factor: float, length: int) -> str:
@@ -186,12 +242,15 @@ def run_loss(
     settings: RealSettings,
     out: Path,
     progress: Callable[[Iterable[Any]], Iterable[Any]] = lambda x: x,
+    plan: Callable[[RealSettings, int], list[tuple[str, float, int]]] = _loss_passes,
+    command: str = "loss",
 ) -> dict[str, Any]:
-    """The loss step: every pass of ``_loss_passes``, written to ``out`` after each one."""
+    """The loss step: every pass of ``plan`` (default ``_loss_passes``), written to ``out``
+    after each one."""
     L = settings.window or window(model)
     text, text_record = read_text(settings.text)
     ids = torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.int64)
-    record = provenance(settings, "loss", text=text_record, text_tokens=int(ids.numel()))
+    record = provenance(settings, command, text=text_record, text_tokens=int(ids.numel()))
     same = {k: record[k] for k in ("model_sha256", "settings", "text")}
     result = _read(out, same) or {
         "description": "mean loss (nats/token) of the text in bins of bin_size target positions, "
@@ -200,15 +259,17 @@ def run_loss(
         "window": L,
         "passes": {},
     }
-    for method, factor, length in progress(_loss_passes(settings, L)):
+    for method, factor, length in progress(plan(settings, L)):
         key = _key(method, factor, length)
         if key in result["passes"]:
             continue
         if length > ids.numel():
             raise ValueError(f"the text has {ids.numel()} tokens, fewer than length={length}")
         start = time.perf_counter()
+        before = peak_rss_mib(reset=True)
         use_rope(model, scaling_for(method, factor, L))
         nll = token_nll(model, ids[:length])
+        peak = peak_rss_mib()
         entry = {
             "method": method,
             "factor": factor,
@@ -219,7 +280,107 @@ def run_loss(
             entry["first_bin"] = (length - settings.dynamic_piece) // settings.bin_size
             entry["bins"] = entry["bins"][entry["first_bin"] :]
         entry["wall_s"] = round(time.perf_counter() - start, 1)
+        entry["threads"] = torch.get_num_threads()
+        entry["rss_before_mib"], entry["peak_rss_mib"] = round(before, 1), round(peak, 1)
         _keep(out, result, "passes", key, entry)
+    return result
+
+
+def run_text_loss(
+    model: Any,
+    tokenizer: Any,
+    settings: RealSettings,
+    text: str,
+    out: Path,
+    progress: Callable[[Iterable[Any]], Iterable[Any]] = lambda x: x,
+) -> dict[str, Any]:
+    """The ``texts`` step for one text: ``run_loss`` on ``text`` with the passes of
+    ``_text_passes``, written to ``out`` after each one."""
+    return run_loss(
+        model,
+        tokenizer,
+        text_settings(settings, text),
+        out,
+        progress,
+        plan=_text_passes,
+        command="texts",
+    )
+
+
+def _status_mib(field: str) -> float | None:
+    """A memory line of ``/proc/self/status`` (``VmRSS``, ``VmHWM``) in MiB; ``None`` off Linux."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return None
+
+
+def rss_mib() -> float:
+    """This process's resident memory now, in MiB (its peak so far where the kernel does not
+    say: ``ru_maxrss``)."""
+    now = _status_mib("VmRSS")
+    return now if now is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def peak_rss_mib(reset: bool = False) -> float:
+    """This process's peak resident memory, in MiB, since the last ``reset`` (Linux: ``VmHWM``,
+    which writing 5 to ``/proc/self/clear_refs`` resets to the current RSS); elsewhere the peak
+    since the start (``ru_maxrss``). With ``reset``, resets it and returns the current RSS."""
+    if reset:
+        try:
+            Path("/proc/self/clear_refs").write_text("5")
+        except OSError:
+            pass
+    peak = _status_mib("VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_memory(
+    model: Any,
+    tokenizer: Any,
+    settings: RealSettings,
+    out: Path,
+    lengths: tuple[int, ...] = MEMORY_LENGTHS,
+) -> dict[str, Any]:
+    """The memory step: the resident memory (MiB) before, and its peak during, an unscaled
+    ``token_nll`` pass over the first ``n`` tokens of ``settings.text``, for each ``n`` of
+    ``lengths``. Written to ``out`` once, at the end, and kept: a saved file with the same
+    model, settings, text and lengths is returned as it is. Raises ``ValueError`` for a length
+    the text does not have."""
+    text, text_record = read_text(settings.text)
+    attention = getattr(model.config, "_attn_implementation", None)
+    record = provenance(
+        settings, "memory", text=text_record, attention=attention, lengths=sorted(lengths)
+    )
+    saved = _read(out, {k: record[k] for k in ("model_sha256", "settings", "text", "lengths")})
+    if saved:
+        return saved
+    ids = torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.int64)
+    use_rope(model, scaling_for("none", 1.0, settings.window or window(model)))
+    passes = {}
+    for length in sorted(lengths):
+        if length > ids.numel():
+            raise ValueError(f"the text has {ids.numel()} tokens, fewer than length={length}")
+        start = time.perf_counter()
+        before = peak_rss_mib(reset=True)
+        token_nll(model, ids[:length])
+        passes[str(length)] = {
+            "length": length,
+            "rss_before_mib": round(before, 1),
+            "peak_rss_mib": round(peak_rss_mib(), 1),
+            "wall_s": round(time.perf_counter() - start, 1),
+        }
+    record["wall_s"] = round(sum(p["wall_s"] for p in passes.values()), 1)
+    result = {
+        "description": "resident memory (MiB) of the process before an unscaled pass over "
+        "length tokens (rss_before_mib) and its peak during the pass (peak_rss_mib)",
+        "provenance": record,
+        "passes": passes,
+    }
+    _write(out, result)
     return result
 
 

@@ -7,6 +7,13 @@ source of one module of a pinned pure-Python package from ``requirements.txt``: 
 on every read. It is public code on GitHub, so SmolLM2 may well have seen it in training (its
 corpus includes GitHub code): the loss is low, and what the chapter measures is how that loss
 changes with position, not how well the model knows the file.
+
+A second text of another kind, ``technical``: numpy's reference documentation for its core
+objects, ``numpy/_core/_add_newdocs.py`` (numpy 2.4.6, 216,086 bytes), English technical prose
+in reStructuredText sections ("Parameters", "Notes", "Examples" with doctest lines), held in a
+Python file as the arguments of ``add_newdoc`` calls. It too is public and may have been seen in
+training. No pinned package of the environment ships long plain English prose (a book, an essay):
+the licences that some ship are short or the same paragraphs repeated.
 """
 
 from __future__ import annotations
@@ -24,6 +31,12 @@ TEXTS: dict[str, tuple[str, str, str, str]] = {
         "1.14.0",
         "sympy/core/expr.py",
         "1d1ff1ce1eb6ef714199d7cd6e8806ce45a8a9a23f93f09e20e9e99b2cf00ab4",
+    ),
+    "technical": (
+        "numpy",
+        "2.4.6",
+        "numpy/_core/_add_newdocs.py",
+        "bdb68c6da2f3a1048cb2d6123afb6ede6f2bee88c88acb4d330c5485dc1324ce",
     ),
 }
 
