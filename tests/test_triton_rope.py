@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from rope_cases import SCALINGS
 
 import rope_tutor
 import rope_tutor as rt
@@ -248,28 +249,8 @@ def test_position_errors_read_as_apply_rope_s() -> None:
         assert str(ours.value) == str(reference.value)
 
 
-#: One setting per Part IV method, for a rotated size of 16 (as in tests/test_fast.py).
-SETTINGS = {
-    "default": {"rope_type": "default"},
-    "linear": {"rope_type": "linear", "factor": 4.0},
-    "ntk": {"rope_type": "ntk", "factor": 4.0},
-    "dynamic": {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 32},
-    "yarn": {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 32},
-    "llama3": {
-        "rope_type": "llama3",
-        "factor": 8.0,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 32,
-    },
-    "longrope": {
-        "rope_type": "longrope",
-        "factor": 4.0,
-        "original_max_position_embeddings": 32,
-        "short_factor": [1.0 + 0.1 * i for i in range(8)],
-        "long_factor": [1.0 + 0.5 * i for i in range(8)],
-    },
-}
+#: One setting per Part IV method, for a rotated size of 16 (the fast paths' shared cases).
+SETTINGS = {name: setting for name, setting in SCALINGS.items() if setting}
 
 
 def test_length_dependent_methods_are_the_ones_that_read_the_length() -> None:
