@@ -92,18 +92,27 @@ def _text_outputs(cell: dict) -> list[str]:
     return texts
 
 
-@pytest.mark.parametrize("notebook", toc_notebooks())
-def test_no_stored_output_prints_a_floating_point_residual(notebook: str) -> None:
+def compared_outputs(notebook: str) -> list[tuple[int, str]]:
+    """``(cell index, text)`` for every stored output that strict nbval compares."""
     cells = json.loads((ROOT / notebook).read_text(encoding="utf-8"))["cells"]
-    offenders = []
+    found = []
     for index, cell in enumerate(cells):
         if cell["cell_type"] != "code":
             continue
         source = "".join(cell["source"])
         if "NBVAL_IGNORE_OUTPUT" in source or "NBVAL_SKIP" in source:
             continue  # nbval does not compare this cell
-        for text in _text_outputs(cell):
-            offenders += [f"cell {index}: {number}" for number in residuals(text)]
+        found += [(index, text) for text in _text_outputs(cell)]
+    return found
+
+
+@pytest.mark.parametrize("notebook", toc_notebooks())
+def test_no_stored_output_prints_a_floating_point_residual(notebook: str) -> None:
+    offenders = [
+        f"cell {index}: {number}"
+        for index, text in compared_outputs(notebook)
+        for number in residuals(text)
+    ]
     assert not offenders, (
         f"{notebook} prints floating-point residuals, which differ between CPUs; print the "
         f"asserted bound instead (e.g. 'max gap < 1e-12'): {offenders}"
@@ -115,16 +124,11 @@ def test_no_stored_output_or_glue_holds_a_full_precision_float(notebook: str) ->
     """A full-precision float in a stored output, a glued value included, is compared digit by
     digit by strict nbval, and its last digits change with the CPU (issue 22: the glued
     ``0.9452835321426392`` of chapter 2 came out ``0.9452831745147705`` on an AMD EPYC)."""
-    cells = json.loads((ROOT / notebook).read_text(encoding="utf-8"))["cells"]
-    offenders = []
-    for index, cell in enumerate(cells):
-        if cell["cell_type"] != "code":
-            continue
-        source = "".join(cell["source"])
-        if "NBVAL_IGNORE_OUTPUT" in source or "NBVAL_SKIP" in source:
-            continue  # nbval does not compare this cell
-        for text in _text_outputs(cell):
-            offenders += [f"cell {index}: {number}" for number in full_precision_floats(text)]
+    offenders = [
+        f"cell {index}: {number}"
+        for index, text in compared_outputs(notebook)
+        for number in full_precision_floats(text)
+    ]
     assert not offenders, (
         f"{notebook} stores full-precision floats, which differ between CPUs; glue or print the "
         f"number rounded to the digits the text shows (glue(name, round(value, 2), ...)): "
