@@ -114,7 +114,7 @@ reader: $(STAMP)
 test: $(STAMP) browser reader
 	$(BIN)/ruff check rope_tutor tests book .ci
 	$(TEST_ISA) ROPE_TUTOR_FULL_RUN=1 ROPE_TUTOR_READER_SITE=$(abspath $(READER)/site) \
-	  PYTHONPATH=$(abspath $(READER)/site) $(BIN)/python -m pytest --durations=15 tests $(READER)/chapters
+	  PYTHONPATH=$(abspath $(READER)/site) $(BIN)/python -m pytest --durations=15 -rs tests $(READER)/chapters
 
 quick: $(STAMP)
 	$(BIN)/ruff check rope_tutor tests book .ci
