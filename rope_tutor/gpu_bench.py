@@ -57,17 +57,19 @@ import torch
 from rope_tutor.bench import git_state
 from rope_tutor.results import RESULTS_DIR
 from rope_tutor.rope import apply_rope
-from rope_tutor.triton_rope import apply_rope_qk, kernel_applies
+from rope_tutor.triton_rope import apply_rope_qk, device_parameters, kernel_applies
 
 __all__ = [
     "BASE",
     "COPY",
+    "DIAGNOSTIC",
     "FORMS",
     "GOALS",
     "ROTATION_BYTES",
     "SHAPES",
     "buffer_count",
     "code_commit",
+    "diagnostic_forms",
     "errors",
     "make_forms",
     "time_forms",
@@ -97,6 +99,12 @@ LIGER = "Liger liger_rotary_pos_emb"
 KERNEL = "rope_tutor apply_rope_qk"
 #: The forms, in the order of the tables.
 FORMS = (COPY, HF, COMPILED, LIGER, KERNEL)
+#: The names of ``--explore``'s measurements start with this: the kernel launched directly (no
+#: wrapper), without its position check, reading a cos/sin table, and at other tile shapes. They
+#: explain the kernel's time and choose its settings; the goals never count them.
+DIAGNOSTIC = "diag: "
+#: ``--explore``'s tiles at prefill: ``(BLOCK_H, BLOCK_S, num_warps)``.
+TILES = ((2, 16, 4), (4, 8, 4), (8, 4, 4), (8, 8, 4), (8, 8, 8), (4, 16, 8), (16, 4, 8))
 
 #: (shape, dtype, form, kind, target): the goals of issue 23. "bandwidth" is time of copy_ /
 #: time of the form (>= target); "time" is time of the form / time of copy_ (<= target).
@@ -280,6 +288,56 @@ def _add_if_it_runs(forms: list[Form], skipped: dict[str, str], form: Form, samp
         forms.append(form)
 
 
+def diagnostic_forms(sample: Buffer, head_dim: int) -> list[Form]:
+    """``--explore``: the package's kernel taken apart, on ``sample``'s device (CUDA, or the CPU
+    under Triton's interpreter; none elsewhere). Each writes into the buffer's ``copy_``
+    destinations:
+
+    * ``rope_kernel.launch`` alone, with the frequencies made before timing (the wrapper's cost is
+      the public form's time minus this), with and without its device-side position check;
+    * the same launch reading ``f cos`` and ``f sin`` from float32 tables of 8192 positions, made
+      before timing, instead of computing them (the issue's "measure both");
+    * ``apply_rope_qk`` into ``out_q``/``out_k`` (no allocation);
+    * at a prefill, the launch at each tile of ``TILES``.
+    """
+    from rope_tutor import rope_kernel  # imports triton
+
+    q = sample[0]
+    if not kernel_applies(q):
+        return []
+    inv_freq, factor = device_parameters(head_dim, BASE, None, q.device)
+    angles = torch.arange(8192, device=q.device, dtype=torch.float32)[:, None] * inv_freq
+    table = (angles.cos() * factor).contiguous(), (angles.sin() * factor).contiguous()
+
+    def launch(**options: Any) -> Callable[[Buffer], tuple[torch.Tensor, torch.Tensor]]:
+        def run(b: Buffer) -> tuple[torch.Tensor, torch.Tensor]:
+            rope_kernel.launch(
+                b[0], b[1], b[3], b[4], b[2], inv_freq, factor, interleaved=False, **options
+            )
+            return b[3], b[4]
+
+        return run
+
+    forms = [
+        Form(DIAGNOSTIC + "kernel launch alone", launch()),
+        Form(DIAGNOSTIC + "kernel launch, no position check", launch(check_positions=False)),
+        Form(DIAGNOSTIC + "kernel launch, cos/sin table", launch(table=table)),
+        Form(
+            DIAGNOSTIC + "apply_rope_qk into out_q, out_k",
+            lambda b: apply_rope_qk(b[0], b[1], b[2], base=BASE, out_q=b[3], out_k=b[4]),
+        ),
+    ]
+    if q.shape[-2] > 1:
+        for block_h, block_s, warps in TILES:
+            forms.append(
+                Form(
+                    f"{DIAGNOSTIC}tile {block_h} heads x {block_s} rows, {warps} warps",
+                    launch(tile=(block_h, block_s), num_warps=warps),
+                )
+            )
+    return forms
+
+
 def errors(forms: Sequence[Form], buffer: Buffer) -> dict[str, float]:
     """Largest |form - apply_rope| over q and k of ``buffer`` (each form on fresh copies, since
     Liger may rotate in place); position_ids row by row, as ``apply_rope`` takes ``(seq,)``."""
@@ -412,6 +470,7 @@ def run_benchmark(
     warmup: int = 4,
     compile: bool = True,
     total: int = ROTATION_BYTES,
+    explore: bool = False,
 ) -> dict[str, Any]:
     """Time every form at every shape and dtype; returns the results (``validate`` checks them).
 
@@ -431,6 +490,7 @@ def run_benchmark(
             "rounds": rounds,
             "warmup": warmup,
             "rotation_bytes": total,
+            "explore": explore,
             "timer": "CUDA events" if device.type == "cuda" else "time.perf_counter",
         },
         "runs": [],
@@ -443,6 +503,8 @@ def run_benchmark(
             rotary = None if hf is None else hf[0].to(device)
             buffers = make_buffers(sizes, dtype, device, total=total, rotary=rotary)
             forms, skipped = make_forms(buffers[0], None if hf is None else hf[1], compile=compile)
+            if explore:
+                forms += diagnostic_forms(buffers[0], sizes[4])
             compile_started = time.perf_counter()
             max_errors = errors(forms, buffers[0])  # also compiles torch.compile's form
             first_calls = time.perf_counter() - compile_started
@@ -509,7 +571,11 @@ def goals(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if KERNEL not in run["forms"]:
             continue
         kernel = run["forms"][KERNEL]["median_s"]
-        others = {n: f["median_s"] for n, f in run["forms"].items() if n not in (KERNEL, COPY)}
+        others = {
+            n: f["median_s"]
+            for n, f in run["forms"].items()
+            if n not in (KERNEL, COPY) and not n.startswith(DIAGNOSTIC)
+        }
         if not others:
             continue
         fastest = min(others, key=others.get)
@@ -574,11 +640,11 @@ def report(results: dict[str, Any]) -> str:
         lines.append(f"\n{run['shape']}, {run['dtype']} (k: {run['k_shape'][1]} heads)")
         for name, form in run["forms"].items():
             lines.append(
-                f"  {name:<32} {form['median_s'] * 1e6:>10.1f} us   "
+                f"  {name:<44} {form['median_s'] * 1e6:>10.1f} us   "
                 f"{form['fraction_of_copy']:>6.0%} of copy_   {form['times_copy']:>6.2f} x copy_"
             )
         for name, why in run["skipped"].items():
-            lines.append(f"  {name:<32} skipped: {why}")
+            lines.append(f"  {name:<44} skipped: {why}")
     for goal in results["goals"]:
         verdict = "met" if goal["met"] else "MISSED"
         lines.append(f"goal {verdict}: {goal['goal']} ({goal['value']:.2f})")
@@ -596,6 +662,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=25)
     parser.add_argument("--warmup", type=int, default=4)
     parser.add_argument("--no-compile", action="store_true", help="leave out torch.compile")
+    parser.add_argument(
+        "--explore",
+        action="store_true",
+        help="also time the kernel taken apart: launch alone, no position check, a cos/sin "
+        "table, other tiles (forms named 'diag: ...'; the goals never count them)",
+    )
     parser.add_argument(
         "--out",
         type=Path,
@@ -622,10 +694,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         rounds=args.rounds,
         warmup=args.warmup,
         compile=not args.no_compile,
+        explore=args.explore,
     )
-    results["provenance"]["command"] = shlex.join(
-        ["python", "-m", "rope_tutor.gpu_bench", *argv]
-    )
+    results["provenance"]["command"] = shlex.join(["python", "-m", "rope_tutor.gpu_bench", *argv])
     validate(results)
     print(report(results))
     args.out.parent.mkdir(parents=True, exist_ok=True)

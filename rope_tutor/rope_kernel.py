@@ -41,6 +41,8 @@ __all__ = ["launch", "rope_qk_kernel", "tile_shape"]
 #: Pairs (``BLOCK_H * BLOCK_S * BLOCK_HALF``) per program: a tile of 2 * 2048 elements, 16 KiB of
 #: float32, which four warps hold in registers (32 elements per thread).
 TILE_PAIRS = 2048
+#: Warps per program.
+NUM_WARPS = 4
 
 
 @triton.jit
@@ -123,6 +125,8 @@ def rope_qk_kernel(
     OUT_K,
     POSITIONS,
     INV_FREQ,
+    COS_TABLE,
+    SIN_TABLE,
     attention_factor,
     seq_len,
     q_heads,
@@ -156,6 +160,8 @@ def rope_qk_kernel(
     CONJUGATE: tl.constexpr,
     HAS_POSITIONS: tl.constexpr,
     COPY_REST: tl.constexpr,
+    TABLE: tl.constexpr,
+    CHECK_POSITIONS: tl.constexpr,
 ):
     """RoPE on q and k, ``(batch, heads, seq, dim)`` each, in one grid.
 
@@ -175,13 +181,22 @@ def rope_qk_kernel(
     pair_ok = pairs < HALF
     if HAS_POSITIONS:
         where = b.to(tl.int64) * stride_pb + rows.to(tl.int64) * stride_ps
-        m = tl.load(POSITIONS + where, mask=row_ok, other=0).to(tl.float32)
+        p = tl.load(POSITIONS + where, mask=row_ok, other=0)
     else:
-        m = rows.to(tl.float32)
-    theta = tl.load(INV_FREQ + pairs, mask=pair_ok, other=0.0)
-    angle = m[:, None] * theta[None, :]  # (BLOCK_S, BLOCK_HALF), float32 as in apply_rope
-    cos = tl.cos(angle) * attention_factor
-    sin = tl.sin(angle) * attention_factor
+        p = rows
+    if TABLE:  # the measured alternative: f cos and f sin read from (positions, HALF) tables
+        at = p.to(tl.int64)[:, None] * HALF + pairs[None, :]
+        table_ok = row_ok[:, None] & pair_ok[None, :]
+        cos = tl.load(COS_TABLE + at, mask=table_ok, other=0.0)
+        sin = tl.load(SIN_TABLE + at, mask=table_ok, other=0.0)
+    else:
+        m = p.to(tl.float32)
+        if CHECK_POSITIONS:  # a device-side assert (no host sync); compiled in with debug=True
+            tl.device_assert((m >= 0) & (m < float("inf")), "positions must be finite and >= 0")
+        theta = tl.load(INV_FREQ + pairs, mask=pair_ok, other=0.0)
+        angle = m[:, None] * theta[None, :]  # (BLOCK_S, BLOCK_HALF), float32 as in apply_rope
+        cos = tl.cos(angle) * attention_factor
+        sin = tl.sin(angle) * attention_factor
     if CONJUGATE:  # the transpose of the rotation: the backward pass
         sin = -sin
     if pid_h < q_chunks:
@@ -224,6 +239,10 @@ def launch(
     interleaved: bool,
     in_place: bool = False,
     conjugate: bool = False,
+    check_positions: bool = True,
+    table: tuple[torch.Tensor, torch.Tensor] | None = None,
+    tile: tuple[int, int] | None = None,
+    num_warps: int = NUM_WARPS,
 ) -> None:
     """One launch of ``rope_qk_kernel``: rotate ``q`` into ``out_q`` and ``k`` into ``out_k``.
 
@@ -234,8 +253,14 @@ def launch(
     ``0 .. seq - 1``. ``inv_freq`` is float32 ``(r/2,)`` on the device, ``r`` the rotated
     features; ``attention_factor`` multiplies cos and sin. ``in_place`` says that ``out_q`` is
     ``q`` and ``out_k`` is ``k`` (the features past ``r`` are then left alone); ``conjugate``
-    turns by minus the angle (the backward). Checks nothing: the wrapper
-    (``rope_tutor.triton_rope``) has.
+    turns by minus the angle (the backward). Checks nothing on the host: the wrapper
+    (``rope_tutor.triton_rope``) has. On a GPU, ``check_positions`` compiles in a device-side
+    assert that every position is finite and >= 0 (a failure surfaces at the next
+    synchronisation as "device-side assert triggered"); Triton's interpreter skips it.
+
+    For measurement (the benchmark's alternatives): ``table`` = ``(f cos, f sin)``, float32
+    ``(positions, r/2)`` contiguous tables, read at the integer positions instead of computing
+    sin and cos; ``tile`` = ``(BLOCK_H, BLOCK_S)`` instead of ``tile_shape``'s; ``num_warps``.
     """
     batch, q_heads, seq, dim = q.shape
     half = inv_freq.shape[0]
@@ -244,19 +269,25 @@ def launch(
     if k is None:  # a grid with no chunk of k; the k arguments are never read
         k, out_k = q, out_q
     block_h, block_s, block_half = tile_shape(max(q_heads, k_heads), seq, half)
+    if tile is not None:
+        block_h, block_s = tile
     q_chunks = triton.cdiv(q_heads, block_h)
     grid = (triton.cdiv(seq, block_s), batch, q_chunks + triton.cdiv(k_heads, block_h))
     if positions is None:
         pos_arg, pos_strides = inv_freq, (0, 0)  # never read
     else:
         pos_arg, pos_strides = positions, positions.stride()
+    cos_table, sin_table = (inv_freq, inv_freq) if table is None else table  # read with TABLE
+    check = check_positions and positions is not None and table is None
     copy_rest = rest > 0 and not in_place
+    options = {"debug": True, "sanitize_overflow": False} if check else {}
     rope_qk_kernel[grid](
-        q, k, out_q, out_k, pos_arg, inv_freq, float(attention_factor),
+        q, k, out_q, out_k, pos_arg, inv_freq, cos_table, sin_table, float(attention_factor),
         seq, q_heads, k_heads, q_chunks,
         *q.stride(), *k.stride(), *out_q.stride(), *out_k.stride(), *pos_strides,
         HALF=half, REST=rest, BLOCK_H=block_h, BLOCK_S=block_s, BLOCK_HALF=block_half,
         BLOCK_REST=triton.next_power_of_2(max(rest, 1)),
         INTERLEAVED=interleaved, CONJUGATE=conjugate, HAS_POSITIONS=positions is not None,
-        COPY_REST=copy_rest, num_warps=4,
+        COPY_REST=copy_rest, TABLE=table is not None, CHECK_POSITIONS=check,
+        num_warps=num_warps, **options,
     )  # fmt: skip

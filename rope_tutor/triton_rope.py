@@ -13,12 +13,12 @@ Triton's interpreter (``TRITON_INTERPRET=1``, set before triton is first importe
 prove it on machines without a GPU). float64 input, CPU input without the interpreter, and a
 machine without triton take the reference ``apply_rope`` instead, with the same values.
 
-No host-device synchronisation, for a method whose frequencies do not depend on the length (all
-but ``"dynamic"`` and ``"longrope"``) and positions given as a tensor on the input's device (or
-None): shapes and dtypes are checked on the host, the positions' values on the device
-(``torch._assert_async``), and the frequencies are moved to the device once per setting and kept
-(``device_parameters``). So a call can be captured in a CUDA graph. triton is imported on the
-first call that runs the kernel, never by ``import rope_tutor``.
+No host-device synchronisation, for a method whose frequencies do not depend on the length (all but
+``"dynamic"`` and ``"longrope"``) and positions given as a tensor on the input's device (or None):
+shapes and dtypes are checked on the host, the positions' values on the device (a device-side
+assert in the kernel, which reads them anyway: no extra launch), and the frequencies are moved to
+the device once per setting and kept (``device_parameters``). So a call can be captured in a CUDA
+graph. triton is imported on the first call that runs the kernel, never by ``import rope_tutor``.
 """
 
 from __future__ import annotations
@@ -78,8 +78,9 @@ def kernel_applies(x: Any) -> bool:
     under the interpreter), with triton installed. Metadata only; no synchronisation."""
     if not isinstance(x, torch.Tensor) or x.dtype not in KERNEL_DTYPES:
         return False
-    on_device = x.is_cuda or (x.device.type == "cpu" and interpreting())
-    return on_device and triton_available()
+    if x.is_cuda:  # first, and alone: the common case costs no look at the environment
+        return triton_available()
+    return x.device.type == "cpu" and interpreting() and triton_available()
 
 
 def _setting_key(scaling: Mapping[str, Any] | None) -> str:
@@ -140,8 +141,9 @@ def _check_positions(positions: Any, x: torch.Tensor) -> torch.Tensor | None:
     """Positions ``(seq,)`` or ``(batch, seq)`` on ``x``'s device, values checked without a sync.
 
     On the CPU the values are checked at once, with ``apply_rope``'s message (``ValueError``);
-    on a GPU by ``torch._assert_async``, which fails the stream (a ``RuntimeError``, "device-side
-    assert", at the next synchronisation) if a position is negative or not finite.
+    on a GPU by the kernel as it reads them (``rope_kernel.launch(check_positions=True)``): a
+    device-side assert fails the stream (a ``RuntimeError``, "device-side assert triggered", at
+    the next synchronisation) if a position is negative or not finite.
     """
     if positions is None:
         return None
@@ -174,11 +176,8 @@ def _check_positions(positions: Any, x: torch.Tensor) -> torch.Tensor | None:
                 f"positions must be finite and >= 0, got min {positions.min().item()} "
                 f"and max {positions.max().item()}"
             )
-    else:
-        ok = positions.amin() >= 0  # NaN fails it too
-        if positions.is_floating_point():
-            ok = ok & positions.amax().isfinite()
-        torch._assert_async(ok, "positions must be finite and >= 0")
+    # On a GPU the kernel itself asserts it, as it reads them (a device-side assert: no extra
+    # launch, no synchronisation); where the kernel does not run, apply_rope checks them.
     return positions
 
 

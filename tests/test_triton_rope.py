@@ -71,8 +71,16 @@ def test_kernel_agrees_with_reference_in_the_interpreter(tmp_path: Path) -> None
     path = os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")])
     result = subprocess.run(
         [
-            sys.executable, "-m", "pytest", str(HERE / "triton_interpreter_cases.py"),
-            "-q", "-p", "no:cacheprovider", "-o", "addopts=", f"--junitxml={report}",
+            sys.executable,
+            "-m",
+            "pytest",
+            str(HERE / "triton_interpreter_cases.py"),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "addopts=",
+            f"--junitxml={report}",
         ],  # fmt: skip
         capture_output=True,
         text=True,
@@ -99,11 +107,12 @@ from triton.compiler import ASTSource
 from rope_tutor.rope_kernel import rope_qk_kernel
 
 names = list(inspect.signature(rope_qk_kernel.fn).parameters)
-for dtype, interleaved in (("bf16", False), ("bf16", True), ("fp32", False)):
+CASES = (("bf16", False, True), ("bf16", True, False), ("fp32", False, True))
+for dtype, interleaved, check in CASES:
     signature, constants, attributes = {}, {}, {}
     for i, name in enumerate(names):
-        if name in ("Q", "K", "OUT_Q", "OUT_K", "POSITIONS", "INV_FREQ"):
-            kind = {"POSITIONS": "i64", "INV_FREQ": "fp32"}.get(name, dtype)
+        if name in ("Q", "K", "OUT_Q", "OUT_K", "POSITIONS", "INV_FREQ", "COS_TABLE", "SIN_TABLE"):
+            kind = "i64" if name == "POSITIONS" else "fp32" if name[-4:] in "FREQTABLE" else dtype
             signature[name] = "*" + kind
             attributes[(i,)] = [["tt.divisibility", 16]]
         elif name == "attention_factor":
@@ -118,23 +127,26 @@ for dtype, interleaved in (("bf16", False), ("bf16", True), ("fp32", False)):
         else:
             signature[name] = "constexpr" if name.isupper() else "i32"
     constants.update(HALF=64, REST=0, BLOCK_H=2, BLOCK_S=16, BLOCK_HALF=64, BLOCK_REST=1,
-                     INTERLEAVED=interleaved, CONJUGATE=False, HAS_POSITIONS=True, COPY_REST=False)
+                     INTERLEAVED=interleaved, CONJUGATE=False, HAS_POSITIONS=True, COPY_REST=False,
+                     TABLE=False, CHECK_POSITIONS=check)
     source = ASTSource(
         fn=rope_qk_kernel, signature=signature, attrs=attributes,
         constexprs={(names.index(k),): v for k, v in constants.items()},
     )
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    options = {"num_warps": 4, "debug": check, "sanitize_overflow": False}  # as launch() sets them
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
     ptx = compiled.asm["ptx"]
     vector_loads = len(re.findall(r"ld\\.global[^\\n]*\\.v4", ptx))
     vector_stores = len(re.findall(r"st\\.global[^\\n]*\\.v4", ptx))
     approximate = "sin.approx" in ptx or "cos.approx" in ptx
-    print(dtype, interleaved, vector_loads, vector_stores, approximate)
+    asserts = "__assertfail" in ptx
+    print(dtype, interleaved, vector_loads, vector_stores, approximate, check == asserts)
 """
 
 
 @pytest.mark.slow  # about 10 s: three compilations to PTX
 @needs_triton
-def test_kernel_compiles_for_an_h100_with_vector_loads_and_exact_sin_cos() -> None:
+def test_kernel_compiles_for_an_h100_with_vector_loads_exact_sin_cos_and_its_check() -> None:
     # No GPU needed: Triton compiles to PTX for sm_90 here. Each thread must move 16-byte vectors
     # (the half layout's two halves and the interleaved layout's whole rows), and sin and cos must
     # be libdevice's (not sin.approx, whose error grows with the angle: positions reach 8191).
@@ -142,9 +154,10 @@ def test_kernel_compiles_for_an_h100_with_vector_loads_and_exact_sin_cos() -> No
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     lines = [line.split() for line in result.stdout.strip().splitlines()]
     assert len(lines) == 3, result.stdout
-    for dtype, interleaved, vector_loads, vector_stores, approximate in lines:
+    for dtype, interleaved, vector_loads, vector_stores, approximate, assert_as_asked in lines:
         assert int(vector_loads) >= 8 and int(vector_stores) >= 8, (dtype, interleaved)
         assert approximate == "False", (dtype, interleaved)
+        assert assert_as_asked == "True", (dtype, interleaved)  # the position check, compiled in
 
 
 # -- without triton, and the checks ---------------------------------------------------------------

@@ -30,6 +30,7 @@ if os.environ.get("TRITON_INTERPRET") != "1":  # pragma: no cover - guarded by t
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 LAYOUTS = ["half", "interleaved"]
 
+
 def reference_rows(x: torch.Tensor, positions: torch.Tensor, **kwargs) -> torch.Tensor:
     """``apply_rope`` per batch element with its row of ``(batch, seq)`` positions."""
     return torch.stack([apply_rope(x[b], positions[b], **kwargs) for b in range(x.shape[0])])
@@ -279,3 +280,25 @@ def test_tile_shapes() -> None:
     for heads, seq, half in [(32, 1, 64), (32, 8192, 64), (8, 4096, 32), (1, 3, 128)]:
         block_h, block_s, block_half = rope_kernel.tile_shape(heads, seq, half)
         assert block_half >= half and block_h * block_s * block_half <= rope_kernel.TILE_PAIRS
+
+
+@pytest.mark.parametrize("table", [False, True], ids=["sin-cos computed", "cos-sin table"])
+@pytest.mark.parametrize("tile", [None, (1, 1), (4, 2), (8, 4)], ids=str)
+def test_launch_options_agree_with_reference(tile, table) -> None:
+    # The benchmark's alternatives (rope_tutor.gpu_bench --explore) compute the same values: any
+    # tile, and f cos / f sin read from tables at the integer positions instead of computed.
+    q, k = gaussian(2, 4, 7, 16, seed=3), gaussian(2, 2, 7, 16, seed=4)
+    positions = torch.tensor([[0, 5, 9, 100, 2047, 3, 1], [7, 7, 7, 7, 7, 7, 0]])
+    scaling = SCALINGS["yarn"]  # an attention factor other than 1
+    inv_freq, factor = triton_rope.device_parameters(16, 10000.0, scaling, torch.device("cpu"))
+    assert factor != 1.0
+    tables = None
+    if table:
+        angles = torch.arange(2048, dtype=torch.float32)[:, None] * inv_freq
+        tables = (angles.cos() * factor).contiguous(), (angles.sin() * factor).contiguous()
+    out_q, out_k = torch.full_like(q, float("nan")), torch.full_like(k, float("nan"))
+    rope_kernel.launch(
+        q, k, out_q, out_k, positions, inv_freq, factor, interleaved=False, table=tables, tile=tile
+    )
+    for got, x in ((out_q, q), (out_k, k)):
+        assert_agree(got, reference_rows(x, positions, scaling=scaling), x)
