@@ -10,8 +10,8 @@ still leaves the stages it finished):
 1. ``setup``: nbval, ipykernel and the other test wheels that ``make gpu-bundle`` downloaded into
    ``.gpu/wheels`` are installed offline into ``.gpu/venv``, a virtual environment that sees the
    machine's own packages (torch, triton, ...). Skipped when the running Python has them.
-2. ``provenance``: the commit (from git, or from ``.gpu/COMMIT``, which ``make gpu-bundle`` wrote
-   before the tree was copied), the GPU, driver, Python, torch, CUDA and triton versions.
+2. ``provenance``: the commit (from ``.gpu/COMMIT``, which ``make gpu-bundle`` wrote just before
+   the tree was copied, else from git), the GPU, driver, Python, torch, CUDA and triton versions.
 3. ``unit``: the unit tests that take the device parameter, and the kernel's ``cuda`` tests, on
    CUDA (``-m "on_device or cuda"``).
 4. ``notebooks``: every chapter under ``pytest --nbval-lax`` on CUDA, each alone in an empty
@@ -177,7 +177,11 @@ def setup(run: Run) -> None:
 def provenance(run: Run) -> None:
     began = time.monotonic()
     commit = "unknown"
-    if (ROOT / ".git").exists() and shutil.which("git"):
+    if (BUNDLE / "COMMIT").exists():  # written by `make gpu-bundle` just before the tree was copied
+        # (a copied tree's .git may be stale: on 2026-11-26 it named the session's first commit)
+        commit = (BUNDLE / "COMMIT").read_text(encoding="utf-8").strip() + " (from .gpu/COMMIT)"
+        os.environ["ROPE_TUTOR_CODE_COMMIT"] = commit  # rope_tutor.gpu_bench's provenance
+    elif (ROOT / ".git").exists() and shutil.which("git"):
         done = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True
         )
@@ -185,11 +189,6 @@ def provenance(run: Run) -> None:
             ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True
         )
         commit = done.stdout.strip() + (" (uncommitted changes)" if dirty.stdout.strip() else "")
-    elif (BUNDLE / "COMMIT").exists():
-        commit = (BUNDLE / "COMMIT").read_text(encoding="utf-8").strip() + " (from .gpu/COMMIT)"
-        # where rope_tutor.gpu_bench reads the commit when there is no git history
-        (ROOT / "rope_tutor" / "results" / "gpu").mkdir(parents=True, exist_ok=True)
-        (ROOT / "rope_tutor" / "results" / "gpu" / "COMMIT").write_text(commit + "\n")
     probe = (
         "import json, platform, torch\n"
         "try:\n import triton; tv = triton.__version__\nexcept ImportError: tv = None\n"

@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import shlex
 import statistics
@@ -80,6 +81,8 @@ __all__ = [
     "validate",
 ]
 
+#: The environment variable that names the measured commit (``code_commit``).
+COMMIT_VARIABLE = "ROPE_TUTOR_CODE_COMMIT"
 #: RoPE base of Llama 3 (``rope_theta``); no context-extension scaling (Llama-3-8B has none).
 BASE = 500000.0
 #: name -> (batch, q_heads, k_heads, seq, head_dim): Llama-3-8B's attention heads.
@@ -166,10 +169,16 @@ def _driver() -> str | None:
 
 
 def code_commit(package: Path | None = None) -> dict[str, Any]:
-    """The commit of the code measured: from git when this package lies in the project's own
-    checkout, else from ``results/gpu/COMMIT`` (written where the code was copied without its
-    history), else unknown. ``source`` says which."""
+    """The commit of the code measured: from ``$ROPE_TUTOR_CODE_COMMIT`` when set
+    (``make gpu-check`` sets it from ``.gpu/COMMIT``, since a copied tree may
+    carry a stale git history), else from
+    git when this package lies in the project's own checkout, else from ``results/gpu/COMMIT``
+    (written where the code was copied without its history), else unknown. ``source`` says
+    which."""
     package = Path(__file__).resolve().parent if package is None else package
+    named = os.environ.get(COMMIT_VARIABLE, "").strip()
+    if named:  # set by `make gpu-check` from .gpu/COMMIT: the commit the tree was copied from
+        return {"commit": named, "dirty": None, "source": COMMIT_VARIABLE}
     try:
         top = subprocess.run(
             ["git", "-C", str(package), "rev-parse", "--show-toplevel"],

@@ -45,6 +45,41 @@ TILE_PAIRS = 2048
 NUM_WARPS = 4
 
 
+#: sin and cos on [-pi/4, pi/4]: the single-precision minimax polynomials of Cephes (Moshier),
+#: ``sinf``/``cosf``, accurate to about one unit in the last place of float32 there.
+_S1 = tl.constexpr(-1.6666654611e-1)
+_S2 = tl.constexpr(8.3321608736e-3)
+_S3 = tl.constexpr(-1.9515295891e-4)
+_C1 = tl.constexpr(4.166664568298827e-2)
+_C2 = tl.constexpr(-1.388731625493765e-3)
+_C3 = tl.constexpr(2.443315711809948e-5)
+
+
+@triton.jit
+def _sin_cos(angle):
+    """``(sin(angle), cos(angle))`` of a float32 tensor: one range reduction for both.
+
+    ``angle = k * pi/2 + r`` with ``|r| <= pi/4`` (k and r computed in float64, so that the
+    reduction is exact to float32's precision for any position a model reaches), then the two
+    polynomials at ``r``, swapped and negated by the quadrant ``k mod 4``. A few dozen
+    instructions and no branch, where libdevice's ``sinf`` and ``cosf`` each reduce the angle
+    again and carry a slow path (Payne-Hanek) for huge angles that bloats the kernel's code.
+    """
+    x = angle.to(tl.float64)
+    k = tl.floor(x * 0.6366197723675814 + 0.5)  # 2 / pi; k = round(angle / (pi/2))
+    r = (x - k * 1.5707963267948966).to(tl.float32)
+    z = r * r
+    sin_r = r + r * z * (_S1 + z * (_S2 + z * _S3))
+    cos_r = 1.0 - 0.5 * z + z * z * (_C1 + z * (_C2 + z * _C3))
+    quadrant = k.to(tl.int32) & 3
+    swap = (quadrant & 1) == 1  # quadrants 1 and 3: sin and cos trade places
+    sin = tl.where(swap, cos_r, sin_r)
+    cos = tl.where(swap, sin_r, cos_r)
+    sin = tl.where(quadrant >= 2, -sin, sin)  # quadrants 2 and 3: sin < 0 ...
+    cos = tl.where((quadrant == 1) | (quadrant == 2), -cos, cos)  # ... quadrants 1 and 2: cos < 0
+    return sin, cos
+
+
 @triton.jit
 def _rotate_tile(
     X,
@@ -195,8 +230,9 @@ def rope_qk_kernel(
             tl.device_assert((m >= 0) & (m < float("inf")), "positions must be finite and >= 0")
         theta = tl.load(INV_FREQ + pairs, mask=pair_ok, other=0.0)
         angle = m[:, None] * theta[None, :]  # (BLOCK_S, BLOCK_HALF), float32 as in apply_rope
-        cos = tl.cos(angle) * attention_factor
-        sin = tl.sin(angle) * attention_factor
+        sin, cos = _sin_cos(angle)
+        cos = cos * attention_factor
+        sin = sin * attention_factor
     if CONJUGATE:  # the transpose of the rotation: the backward pass
         sin = -sin
     if pid_h < q_chunks:
@@ -221,10 +257,21 @@ def tile_shape(heads: int, seq: int, half: int) -> tuple[int, int, int]:
     All the pairs of a head in one tile (``BLOCK_HALF``, a power of two >= ``half``); then as many
     positions as fit, at most 16 (a decode step has one); then heads, up to the larger head count.
     """
-    block_half = triton.next_power_of_2(max(half, 1))
-    block_s = max(1, min(triton.next_power_of_2(max(seq, 1)), 16, TILE_PAIRS // block_half))
-    block_h = max(1, min(triton.next_power_of_2(heads), TILE_PAIRS // (block_half * block_s)))
+    block_half = _power_of_2(half)
+    block_s = max(1, min(_power_of_2(seq), 16, TILE_PAIRS // block_half))
+    block_h = max(1, min(_power_of_2(heads), TILE_PAIRS // (block_half * block_s)))
     return block_h, block_s, block_half
+
+
+# Plain integer arithmetic on the host: triton.cdiv and triton.next_power_of_2 are jit functions,
+# and each call of one from Python costs microseconds, which a decode step cannot spare.
+def _power_of_2(n: int) -> int:
+    """The smallest power of two >= ``n`` (1 for ``n <= 1``)."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 def launch(
@@ -271,8 +318,8 @@ def launch(
     block_h, block_s, block_half = tile_shape(max(q_heads, k_heads), seq, half)
     if tile is not None:
         block_h, block_s = tile
-    q_chunks = triton.cdiv(q_heads, block_h)
-    grid = (triton.cdiv(seq, block_s), batch, q_chunks + triton.cdiv(k_heads, block_h))
+    q_chunks = _cdiv(q_heads, block_h)
+    grid = (_cdiv(seq, block_s), batch, q_chunks + _cdiv(k_heads, block_h))
     if positions is None:
         pos_arg, pos_strides = inv_freq, (0, 0)  # never read
     else:
@@ -286,7 +333,7 @@ def launch(
         seq, q_heads, k_heads, q_chunks,
         *q.stride(), *k.stride(), *out_q.stride(), *out_k.stride(), *pos_strides,
         HALF=half, REST=rest, BLOCK_H=block_h, BLOCK_S=block_s, BLOCK_HALF=block_half,
-        BLOCK_REST=triton.next_power_of_2(max(rest, 1)),
+        BLOCK_REST=_power_of_2(rest),
         INTERLEAVED=interleaved, CONJUGATE=conjugate, HAS_POSITIONS=positions is not None,
         COPY_REST=copy_rest, TABLE=table is not None, CHECK_POSITIONS=check,
         num_warps=num_warps, **options,

@@ -148,7 +148,8 @@ def _check_positions(positions: Any, x: torch.Tensor) -> torch.Tensor | None:
     if positions is None:
         return None
     seq = x.shape[-2]
-    positions = torch.as_tensor(positions, device=x.device)
+    if not (isinstance(positions, torch.Tensor) and positions.device == x.device):
+        positions = torch.as_tensor(positions, device=x.device)
     if positions.dtype == torch.bool or positions.is_complex():
         raise ValueError(f"positions must hold integers or floats, got dtype {positions.dtype}")
     if positions.dim() == 2:

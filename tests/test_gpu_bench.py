@@ -128,7 +128,7 @@ def git(folder: Path, *args: str) -> str:
     ).stdout.strip()
 
 
-def test_the_commit_comes_from_git_or_from_the_commit_file(tmp_path: Path) -> None:
+def test_the_commit_comes_from_git_or_from_the_commit_file(tmp_path: Path, monkeypatch) -> None:
     own = gpu_bench.code_commit()
     if own["source"] == "git":  # this checkout
         assert own["commit"] == git(Path(gpu_bench.__file__).parent, "rev-parse", "HEAD")
@@ -145,6 +145,9 @@ def test_the_commit_comes_from_git_or_from_the_commit_file(tmp_path: Path) -> No
         "dirty": None,
         "source": "COMMIT file",
     }
+    # make gpu-check names the commit it was bundled from, which wins over any git history
+    monkeypatch.setenv(gpu_bench.COMMIT_VARIABLE, "2bce3a3 (from .gpu/COMMIT)")
+    assert gpu_bench.code_commit(package)["commit"] == "2bce3a3 (from .gpu/COMMIT)"
 
 
 def test_the_saved_h100_run_is_what_the_benchmark_computes_from_its_times() -> None:
