@@ -23,11 +23,16 @@ of one batch element, of q or of k, forms its angles from the positions and ``in
 cos/sin table is built or read), and writes the tile once. Every element is read once and written
 once, so the kernel moves the bytes of a copy of q and k.
 
-Angles in the kernel rather than a cached cos/sin table: on an H100 (2026-11-26, the project's
-performance notes, section E) a plain single-pass kernel reached 89 to 96 % of the copy's bandwidth
-on large tensors either way, and computing them needs no table to build, keep or read, so a
-decode step costs one launch. sin and cos are libdevice's (``tl.sin``/``tl.cos`` on NVIDIA), not
-the approximate hardware instructions, whose error grows with the angle.
+Angles in the kernel rather than a cached cos/sin table: on an H100 (2026-11-26, the runs in
+``results/gpu/rope_cuda_h100_2026-11-26_*.json``) the kernel launched alone reached 94 to 95 % of
+the copy's bandwidth at the large prefill computing them, and 88 to 89 % reading tables; computing
+them needs no table to build, keep, read or size to the longest position, so a decode step costs
+one launch. sin and cos are ``_sin_cos``'s: one range reduction in float64 for both, then
+single-precision polynomials, within a few units in the last place of float32 for any angle a model
+reaches. libdevice's ``sinf`` and ``cosf`` (``tl.sin``, ``tl.cos``) were as accurate but, each with
+its own reduction and an inlined slow path for huge angles, held bfloat16 to 75 % of the copy's
+bandwidth in the first of those runs; the approximate hardware instructions are never used, since
+their error grows with the angle.
 """
 
 from __future__ import annotations
