@@ -8,8 +8,9 @@ writing its results under ``rope_tutor/results/gpu/`` as soon as it ends (so tha
 still leaves the stages it finished):
 
 1. ``setup``: nbval, ipykernel and the other test wheels that ``make gpu-bundle`` downloaded into
-   ``.gpu/wheels`` are installed offline into ``.gpu/venv``, a virtual environment that sees the
-   machine's own packages (torch, triton, ...). Skipped when the running Python has them.
+   ``.gpu/wheels`` are unpacked offline into ``.gpu/site``, which the checks find on their
+   PYTHONPATH, beside the machine's own packages (torch, triton, ...), which stay as they are.
+   Skipped when the running Python has them.
 2. ``provenance``: the commit (from ``.gpu/COMMIT``, which ``make gpu-bundle`` wrote just before
    the tree was copied, else from git), the GPU, driver, Python, torch, CUDA and triton versions.
 3. ``unit``: the unit tests that take the device parameter, and the kernel's ``cuda`` tests, on
@@ -80,11 +81,16 @@ class Run:
         self.start = time.monotonic()
         self.budget = budget
         self.python = python
+        self.site: str | None = None  # .gpu/site, once setup has installed the bundled wheels
         self.out = out.resolve()
         self.stages: list[dict] = []
         self.lock = threading.Lock()  # the notebooks stage runs chapters in parallel threads
         self.out.mkdir(parents=True, exist_ok=True)
         self.log = (self.out / "gpu_check.log").open("w", encoding="utf-8")
+
+    def pythonpath(self) -> str:
+        """The checks' PYTHONPATH: the tree (its rope_tutor), then ``.gpu/site`` once installed."""
+        return os.pathsep.join([str(ROOT), *([self.site] if self.site else [])])
 
     def left(self) -> float:
         return self.budget - (time.monotonic() - self.start)
@@ -112,7 +118,7 @@ class Run:
     def command(self, args: list[str], cap: float, env: dict | None = None) -> tuple[int, str]:
         """Run ``args`` from the repository root within ``cap`` seconds and what is left."""
         timeout = max(1.0, min(cap, self.left()))
-        merged = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+        merged = {**os.environ, "PYTHONPATH": self.pythonpath(), **(env or {})}
         self.say("$ " + " ".join(args))
         try:
             done = subprocess.run(
@@ -133,17 +139,37 @@ class Run:
         return code, output
 
 
-def has_modules(python: str, modules: tuple[str, ...]) -> list[str]:
-    """The modules of ``modules`` that ``python`` cannot import."""
+def has_modules(python: str, modules: tuple[str, ...], pythonpath: str | None = None) -> list[str]:
+    """The modules of ``modules`` that ``python`` cannot import (with ``pythonpath``, if given)."""
     probe = (
         "import importlib.util, sys; "
         "print(' '.join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))"
     )
-    done = subprocess.run([python, "-c", probe, *modules], capture_output=True, text=True)
+    env = {**os.environ, "PYTHONPATH": pythonpath} if pythonpath else None
+    done = subprocess.run([python, "-c", probe, *modules], capture_output=True, text=True, env=env)
     return done.stdout.split()
 
 
+def installed_distributions(python: str) -> set[str]:
+    """The normalised names of the distributions ``python`` has (as pip names wheels)."""
+    probe = (
+        "import importlib.metadata as m, re; "
+        "print(' '.join(sorted({re.sub(r'[-_.]+', '_', d.metadata['Name'] or '').lower() "
+        "for d in m.distributions()})))"
+    )
+    done = subprocess.run([python, "-c", probe], capture_output=True, text=True)
+    return set(done.stdout.split())
+
+
 def setup(run: Run) -> None:
+    """Install what the machine lacks, offline, into ``.gpu/site`` (on the checks' PYTHONPATH).
+
+    Each wheel of ``.gpu/wheels`` whose distribution the machine's Python does not have is
+    unpacked there without its dependencies (the bundle holds the missing ones): the machine's
+    own packages (torch, triton, pytest and its plugins) are neither replaced nor shadowed. A
+    virtual environment would not do: on the H100 of 2026-11-26 the machine's Python was itself a
+    virtual environment, whose packages a ``--system-site-packages`` environment does not see.
+    """
     began = time.monotonic()
     missing = has_modules(run.python, NEEDED_MODULES)
     if not missing:
@@ -159,19 +185,23 @@ def setup(run: Run) -> None:
             reason="no .gpu/wheels: run `make gpu-bundle` where there is a network",
         )
         return
-    venv = BUNDLE / "venv"
-    code, _ = run.command([run.python, "-m", "venv", "--system-site-packages", str(venv)], 60)
-    python = str(venv / "bin" / "python")
-    pip = [python, "-m", "pip", "install", "--quiet", "--no-index", "--find-links", str(wheels)]
-    code2, output = run.command(pip + list(BUNDLED), 120)
-    code3, output3 = run.command(pip + ["--no-deps", *BUNDLED_NO_DEPS], 60)
-    code2, output = max(code2, code3), output + output3
-    still = has_modules(python, NEEDED_MODULES) if code == code2 == 0 else missing
+    have = installed_distributions(run.python)
+    chosen = sorted(
+        str(wheel) for wheel in wheels.glob("*.whl") if wheel.name.split("-")[0].lower() not in have
+    )
+    site = BUNDLE / "site"
+    shutil.rmtree(site, ignore_errors=True)
+    pip = [run.python, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile"]
+    code, output = run.command([*pip, "--target", str(site), *chosen], 120)
+    run.site = str(site)
+    still = has_modules(run.python, NEEDED_MODULES, run.pythonpath()) if code == 0 else missing
     if still:
         run.record("setup", "failed", began, missing=still, output=output[-2000:])
         return
-    run.python = python
-    run.record("setup", "ok", began, python=python, installed=missing)
+    run.record(
+        "setup", "ok", began, python=run.python, site=str(site.relative_to(ROOT)),
+        installed=[Path(w).name.split("-")[0] for w in chosen],
+    )  # fmt: skip
 
 
 def provenance(run: Run) -> None:
@@ -281,7 +311,7 @@ def notebooks(run: Run, cap: float = 150.0, workers: int = 4) -> None:
     chapters = BUNDLE / "chapters"
     shutil.rmtree(chapters, ignore_errors=True)
     results: dict[str, dict] = {}
-    real_model = not has_modules(run.python, (REAL_MODEL_MODULE,))
+    real_model = not has_modules(run.python, (REAL_MODEL_MODULE,), run.pythonpath())
 
     def one(notebook: Path) -> None:
         name = notebook.stem
