@@ -199,7 +199,7 @@ def setup(run: Run) -> None:
         run.record("setup", "failed", began, missing=still, output=output[-2000:])
         return
     run.record(
-        "setup", "ok", began, python=run.python, site=str(site.relative_to(ROOT)),
+        "setup", "ok", began, python=run.python, site=str(site),
         installed=[Path(w).name.split("-")[0] for w in chosen],
     )  # fmt: skip
 

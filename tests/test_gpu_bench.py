@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -195,3 +196,41 @@ def test_a_form_of_another_project_that_fails_is_left_out_with_its_error() -> No
     sample[0][3].fill_(float("nan"))
     gpu_bench._add_if_it_runs(forms, skipped, working, sample[0])
     assert forms == [working] and sample[0][3].isnan().all()  # it ran on copies
+
+
+def test_the_back_to_back_timer_issues_every_call_and_divides_by_their_number() -> None:
+    # Each batch issues `calls` calls on successive buffers and reports the batch's time / calls.
+    seen: list[int] = []
+
+    def run(buffer):
+        seen.append(buffer[0])
+        time.sleep(0.002)
+        return buffer
+
+    forms = [gpu_bench.Form("a", run), gpu_bench.Form("b", run)]
+    buffers = [(i,) for i in range(3)]
+    times = gpu_bench.time_back_to_back(
+        forms, buffers, rounds=2, calls=4, device=torch.device("cpu")
+    )
+    assert len(seen) == 2 * 2 * 4 and set(seen) == {0, 1, 2}  # every call, every buffer
+    assert [len(t) for t in times.values()] == [2, 2]
+    assert all(0.002 <= t < 0.02 for ts in times.values() for t in ts)  # per call, not per batch
+
+
+def test_goals_are_judged_on_the_timer_asked_for() -> None:
+    def form(per_call: float, queued: float) -> dict:
+        return {"median_s": per_call, "fraction_of_copy": 1.0 / per_call, "times_copy": per_call,
+                "back_to_back": {"median_s": queued, "fraction_of_copy": 1.0 / queued,
+                                 "times_copy": queued}}  # fmt: skip
+
+    run = {"shape": "decode (64, 32, 1, 128)", "dtype": "float32",
+           "forms": {COPY: form(1.0, 1.0), KERNEL: form(3.0, 1.2), HF: form(4.0, 1.1)}}  # fmt: skip
+    per_call = {g["goal"]: g for g in gpu_bench.goals([run])}
+    queued = {g["goal"]: g for g in gpu_bench.goals([run], timer="back_to_back")}
+    decode = next(name for name in per_call if "form time / copy_ time" in name)
+    assert not per_call[decode]["met"] and queued[decode]["met"]  # 3.0 > 1.5, 1.2 <= 1.5
+    faster = next(name for name in per_call if "faster than" in name)
+    assert per_call[faster]["met"] and not queued[faster]["met"]  # 3 < 4, but 1.2 > 1.1
+    assert queued[faster]["next_fastest"] == HF
+    with pytest.raises(ValueError, match="timer must be"):
+        gpu_bench.goals([run], timer="wall")
