@@ -37,24 +37,30 @@ def sinusoidal_frequencies(dim: int, base: float = 10000.0) -> torch.Tensor:
     return base**-exponents
 
 
-def sinusoidal_encoding(num_positions: int, dim: int, base: float = 10000.0) -> torch.Tensor:
+def sinusoidal_encoding(
+    num_positions: int, dim: int, base: float = 10000.0, *, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """Vaswani et al.'s sinusoidal position encoding, in the paper's interleaved layout.
 
     ``PE[p, 2i] = sin(p / base^(2i/dim))``, ``PE[p, 2i+1] = cos(p / base^(2i/dim))``,
     i = 0 .. dim/2 - 1, for positions p = 0 .. num_positions - 1.
 
     Equation (sinusoidal-pe) in "Sinusoidal encoding"; Vaswani et al., "Attention Is All You Need"
-    (2017), section 3.5. Angles are formed in float64 and the result is returned as float32, shape
-    ``(num_positions, dim)``; every row has norm ``sqrt(dim / 2)``. Raises ``ValueError`` if
-    ``num_positions`` or ``dim`` is not a positive int, if ``dim`` is odd, or if ``base`` is not a
-    finite number greater than 1.
+    (2017), section 3.5. Angles are formed in float64 and the result is returned in ``dtype``
+    (``torch.float32``, the default, or ``torch.float64`` for a table without float32 rounding),
+    shape ``(num_positions, dim)``; every row has norm ``sqrt(dim / 2)``. Raises ``ValueError`` if
+    ``num_positions`` or ``dim`` is not a positive int, if ``dim`` is odd, if ``base`` is not a
+    finite number greater than 1, or if ``dtype`` is neither ``torch.float32`` nor
+    ``torch.float64``.
     """
     num_positions = _checks.integer("num_positions", num_positions)
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"dtype must be torch.float32 or torch.float64, got dtype={dtype!r}")
     inv_freq = sinusoidal_frequencies(dim, base)  # (dim/2,)
     positions = torch.arange(num_positions, dtype=torch.float64)[:, None]  # (P, 1)
     angles = positions * inv_freq  # (P, dim/2)
     encoding = torch.stack((angles.sin(), angles.cos()), dim=-1)  # (P, dim/2, 2)
-    return encoding.reshape(num_positions, dim).to(torch.float32)
+    return encoding.reshape(num_positions, dim).to(dtype)
 
 
 def sinusoidal_relative_map(offset: float, dim: int, base: float = 10000.0) -> torch.Tensor:

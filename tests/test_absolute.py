@@ -47,6 +47,22 @@ def test_sinusoidal_large_positions_are_accurate() -> None:
     np.testing.assert_allclose(table[-1].numpy(), paper_table(100_001, 8)[-1], atol=1e-6)
 
 
+def test_sinusoidal_float64_table_matches_the_formula_to_double_precision() -> None:
+    """dtype=torch.float64 keeps the float64 angles' table: no float32 rounding (up to 3e-8)."""
+    table = sinusoidal_encoding(1000, 16, dtype=torch.float64)
+    assert table.dtype == torch.float64
+    np.testing.assert_allclose(table.numpy(), paper_table(1000, 16, 10000.0), rtol=0, atol=1e-12)
+    # the float32 default is the same table rounded once
+    assert torch.equal(sinusoidal_encoding(1000, 16), table.float())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.int64, "float64"])
+def test_sinusoidal_dtype_must_be_float32_or_float64(dtype: object) -> None:
+    message = r"dtype must be torch\.float32 or torch\.float64, got dtype="
+    with pytest.raises(ValueError, match=message):
+        sinusoidal_encoding(4, 4, dtype=dtype)
+
+
 def test_sinusoidal_known_values() -> None:
     # Position 0 is (sin 0, cos 0) = (0, 1) in every pair; pair 0 has frequency 1 for any base.
     table = sinusoidal_encoding(3, 6, base=7.0)
