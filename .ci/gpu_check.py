@@ -49,11 +49,7 @@ BUNDLE = ROOT / ".gpu"
 OUT = ROOT / "rope_tutor" / "results" / "gpu"  # --out changes it (the tests write elsewhere)
 #: What the GPU machine lacks for the checks; `make gpu-bundle` downloads these as wheels.
 NEEDED_MODULES = ("nbval", "ipykernel", "rotary_embedding_torch", "hypothesis")
-#: The distributions `make gpu-bundle` downloads (their dependencies come from the machine itself,
-#: or from the bundle where the machine lacks them).
-#: The second group is installed without its dependencies, which are torch and triton.
-BUNDLED = ("nbval", "ipykernel", "hypothesis")
-BUNDLED_NO_DEPS = ("rotary-embedding-torch", "einops", "liger-kernel")
+#: (The wheels themselves are listed in the Makefile, GPU_WHEELS and GPU_WHEELS_NO_DEPS.)
 #: The unit-test files whose tests take the device parameter (collected without the book's tools).
 UNIT_TEST_FILES = (
     "tests/test_rope.py",
