@@ -25,22 +25,33 @@ the next call with the same settings skips them.
   or by time (the passes of ``loss`` and ``texts`` record their peaks too).
 * ``reach``: the passkey and copy probes (``probes``) at several depths, inside the window for
   the unscaled model, and at 2 L for the unscaled model and the methods that ``loss`` ranks best.
+* ``trials``: the cells of ``reach`` with ``TrialSettings.trials`` prompts each (different
+  filler, key and span; trial 0 is the reach step's prompt), so that "retrieved" becomes a rate
+  with an interval, as the PI and YaRN papers score passkey retrieval over many trials.
+* ``sliding``: sliding-window perplexity, the protocol of the PI and YaRN papers (Press et al.'s
+  sliding window, as in YaRN's ``eval/perplexity.py``): windows of W tokens step through the text
+  by ``stride`` tokens, and each window scores only the tokens the previous one did not (the first
+  scores all), so that every token of the text is scored once, most with W - stride or more
+  tokens of context. For W = L, 1.5 L and 2 L, each method at factor W / L.
+* ``long``: the same measurements at 4 L (``LONG``), sized for a GPU: the loss step and the texts
+  step at s = 4, the trials at 4 L, and sliding-window perplexity with W = 4 L.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import resource
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from rope_tutor import __version__
+from rope_tutor import __version__, _checks
 from rope_tutor.real.model import gguf_path, sha256, token_nll, use_rope, window
 from rope_tutor.real.probes import build_prompt, score_prompt
 from rope_tutor.real.texts import read_text
@@ -48,9 +59,19 @@ from rope_tutor.runtime import cpu_model
 
 __all__ = [
     "BOOK",
+    "BOOK_TRIALS",
+    "LONG",
     "QUICK",
+    "QUICK_LONG",
+    "QUICK_TRIALS",
     "OTHER_TEXTS",
     "RealSettings",
+    "TrialSettings",
+    "run_long",
+    "run_sliding",
+    "run_trials",
+    "sliding_windows",
+    "trial_seed",
     "scaling_for",
     "run_loss",
     "run_memory",
@@ -100,6 +121,46 @@ QUICK = RealSettings(
     reach_in_window=(192,),
     reach_depths=(0.1, 0.9),
     reach_methods=("none", "yarn"),
+)
+
+
+@dataclass(frozen=True)
+class TrialSettings:
+    """Sizes of the ``trials``, ``sliding`` and ``long`` steps, kept apart from ``RealSettings`` so
+    that the saved results of the other steps keep their provenance. ``trials``: prompts per
+    reach cell; ``stride``: tokens between sliding windows; ``sliding_multiples``: the window
+    sizes W / L of the ``sliding`` step; ``sliding_methods``: the methods it runs (each at factor
+    W / L; at W = L every method is the unscaled model, so only ``none`` runs there);
+    ``sliding_tokens``: the tokens of the text the sliding windows cover (``None``: all)."""
+
+    name: str
+    trials: int = 10
+    stride: int = 2048
+    sliding_tokens: int | None = None
+    sliding_multiples: tuple[float, ...] = (1.0, 1.5, 2.0)
+    sliding_methods: tuple[str, ...] = (
+        "none",
+        "pi",
+        "ntk",
+        "yarn",
+        "yarn_no_temperature",
+        "llama3",
+    )
+
+
+BOOK_TRIALS = TrialSettings("book")
+QUICK_TRIALS = TrialSettings(
+    "quick",
+    trials=2,
+    stride=64,
+    sliding_tokens=1024,
+    sliding_multiples=(1.0, 2.0),
+    sliding_methods=("none", "yarn"),
+)
+#: The ``long`` step's sizes: 4 L for the loss, the texts, the trials and the sliding windows.
+LONG = replace(BOOK, name="book-long", multiples=(4.0,), reach_multiple=4.0, reach_in_window=())
+QUICK_LONG = replace(
+    QUICK, name="quick-long", multiples=(4.0,), reach_multiple=4.0, reach_in_window=()
 )
 
 
@@ -227,8 +288,6 @@ def _text_passes(settings: RealSettings, L: int) -> list[tuple[str, float, int]]
 
 def text_settings(settings: RealSettings, text: str) -> RealSettings:
     """``settings`` for another text: the same sizes, named ``<name>-<text>``."""
-    from dataclasses import replace
-
     return replace(settings, name=f"{settings.name}-{text}", text=text)
 
 
@@ -435,3 +494,223 @@ def run_reach(
         }
         _keep(out, result, "cells", key, entry)
     return result
+
+
+def trial_seed(settings: RealSettings, depth: float, trial: int) -> int:
+    """The seed of trial ``trial`` of a reach cell at ``depth``: trial 0 is the reach step's
+    prompt (``settings.seed * 1000 + round(100 * depth)``), trial t adds 100,000 t. Every method
+    and length sees the same prompts, so methods are compared prompt by prompt."""
+    trial = _checks.integer("trial", trial, minimum=0)
+    return settings.seed * 1000 + round(depth * 100) + 100_000 * trial
+
+
+def _trial_cells(
+    settings: RealSettings, trials: TrialSettings, L: int
+) -> list[tuple[str, float, int, float, int]]:
+    """(method, factor, length, depth, trial) of every cell of the trials step, trial by trial
+    (a run cut short has as many trials of every cell, give or take one)."""
+    cells = _reach_cells(settings, L)
+    return [(*cell, t) for t in range(trials.trials) for cell in cells]
+
+
+def run_trials(
+    model: Any,
+    tokenizer: Any,
+    settings: RealSettings,
+    trials: TrialSettings,
+    out: Path,
+    progress: Callable[[Iterable[Any]], Iterable[Any]] = lambda x: x,
+    command: str = "trials",
+) -> dict[str, Any]:
+    """The trials step: every cell of ``_trial_cells``, written to ``out`` after each one."""
+    L = settings.window or window(model)
+    record = provenance(settings, command, trial_settings=asdict(trials))
+    same = {k: record[k] for k in ("model_sha256", "settings", "trial_settings")}
+    result = _read(out, same) or {
+        "description": "the reach step's passkey and copy probes (see reach.json), "
+        "trial_settings.trials prompts per cell (method, factor s, length n, depth); trial t "
+        "uses seed trial_seed(settings, depth, t), the same for every method",
+        "provenance": record,
+        "window": L,
+        "cells": {},
+    }
+    for method, factor, length, depth, trial in progress(_trial_cells(settings, trials, L)):
+        key = f"{_key(method, factor, length)} depth={depth:g} trial={trial}"
+        if key in result["cells"]:
+            continue
+        start = time.perf_counter()
+        seed = trial_seed(settings, depth, trial)
+        prompt = build_prompt(tokenizer, length, depth, seed=seed)
+        use_rope(model, scaling_for(method, factor, L))
+        entry = {
+            "method": method,
+            "factor": factor,
+            "length": length,
+            "depth": depth,
+            "trial": trial,
+            "seed": seed,
+            "distance": prompt.distance,
+            "key": prompt.key,
+            **score_prompt(model, prompt),
+            "wall_s": round(time.perf_counter() - start, 1),
+        }
+        _keep(out, result, "cells", key, entry)
+    return result
+
+
+def sliding_windows(n_tokens: int, window: int, stride: int) -> list[tuple[int, int, int]]:
+    """The windows of sliding-window perplexity over a text of ``n_tokens`` tokens.
+
+    Returns ``(begin, end, scored)`` per window: the window holds tokens ``begin .. end - 1``
+    (always ``window`` of them) and scores its last ``scored`` tokens, those the windows before
+    it did not (the first window scores tokens 1 .. window - 1: token 0 has no prediction).
+    Windows start every ``stride`` tokens, as in Press et al.'s protocol and YaRN's
+    ``eval/perplexity.py``; the last one ends at the text's end (there, unlike YaRN's code, it
+    starts at ``n_tokens - window``, so that it too is ``window`` tokens long). Every token
+    1 .. n_tokens - 1 is scored exactly once. Raises ``ValueError`` unless
+    ``1 <= stride < window <= n_tokens``.
+    """
+    window = _checks.integer("window", window, minimum=2)
+    stride = _checks.integer("stride", stride)
+    n_tokens = _checks.integer("n_tokens", n_tokens)
+    if stride >= window:
+        raise ValueError(f"stride={stride} must be smaller than window={window}")
+    if window > n_tokens:
+        raise ValueError(f"window={window} is longer than the text (n_tokens={n_tokens})")
+    out, scored_to = [], 1  # tokens 1 .. scored_to - 1 are scored
+    for begin in range(0, n_tokens, stride):
+        end = begin + window
+        if end >= n_tokens:
+            begin, end = n_tokens - window, n_tokens
+        out.append((begin, end, end - scored_to))
+        scored_to = end
+        if end == n_tokens:
+            break
+    return out
+
+
+def _sliding_runs(
+    settings: RealSettings, trials: TrialSettings, L: int, multiples: tuple[float, ...]
+) -> list[tuple[str, float, int]]:
+    """(method, factor, window) of every sweep of the sliding step."""
+    runs = []
+    for m in multiples:
+        for method in trials.sliding_methods:
+            if method == "none" or m != 1.0:
+                runs.append((method, 1.0 if method == "none" else float(m), round(m * L)))
+    return runs
+
+
+def run_sliding(
+    model: Any,
+    tokenizer: Any,
+    settings: RealSettings,
+    trials: TrialSettings,
+    out: Path,
+    progress: Callable[[Iterable[Any]], Iterable[Any]] = lambda x: x,
+    multiples: tuple[float, ...] | None = None,
+    command: str = "sliding",
+) -> dict[str, Any]:
+    """The sliding step on ``settings.text``: for each window size W = m L (m in ``multiples``,
+    default ``trials.sliding_multiples``) and method, the windows of ``sliding_windows`` with
+    ``trials.stride``; each window's summed loss is saved as soon as it is computed, so that a
+    stopped sweep resumes at its next window. A finished sweep also records its token-weighted
+    mean loss (nats/token), perplexity exp(mean), and the mean of its windows' means (the
+    average YaRN's ``eval/perplexity.py`` reports)."""
+    L = settings.window or window(model)
+    multiples = tuple(trials.sliding_multiples if multiples is None else multiples)
+    text, text_record = read_text(settings.text)
+    ids = torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.int64)
+    ids = ids[: trials.sliding_tokens]
+    record = provenance(
+        settings,
+        command,
+        text=text_record,
+        text_tokens=int(ids.numel()),
+        trial_settings=asdict(trials),
+        multiples=list(multiples),
+    )
+    same = {k: record[k] for k in ("model_sha256", "settings", "text", "trial_settings")}
+    same["multiples"] = record["multiples"]
+    result = _read(out, same) or {
+        "description": "sliding-window perplexity: per sweep (method, factor s, window W), the "
+        "windows [begin, end, scored, summed nats of the scored tokens]; mean_nll = total "
+        "nats / total scored tokens, perplexity = exp(mean_nll)",
+        "provenance": record,
+        "window": L,
+        "sweeps": {},
+    }
+    for method, factor, size in progress(_sliding_runs(settings, trials, L, multiples)):
+        key = f"{method} s={factor:g} W={size}"
+        plan = sliding_windows(int(ids.numel()), size, trials.stride)
+        entry = result["sweeps"].get(key) or {
+            "method": method,
+            "factor": factor,
+            "window_tokens": size,
+            "stride": trials.stride,
+            "windows": [],
+            "wall_s": 0.0,
+        }
+        if len(entry["windows"]) == len(plan):
+            continue
+        use_rope(model, scaling_for(method, factor, L))
+        for begin, end, scored in plan[len(entry["windows"]) :]:
+            start = time.perf_counter()
+            nll = token_nll(model, ids[begin:end], targets=slice(end - begin - 1 - scored, None))
+            entry["windows"].append([begin, end, scored, round(float(nll.double().sum()), 4)])
+            entry["wall_s"] = round(entry["wall_s"] + time.perf_counter() - start, 1)
+            if len(entry["windows"]) == len(plan):
+                total = sum(w[3] for w in entry["windows"])
+                tokens = sum(w[2] for w in entry["windows"])
+                means = [w[3] / w[2] for w in entry["windows"]]
+                entry["tokens"] = tokens
+                entry["mean_nll"] = round(total / tokens, 5)
+                entry["perplexity"] = round(math.exp(total / tokens), 4)
+                entry["mean_of_window_means"] = round(sum(means) / len(means), 5)
+            _keep(out, result, "sweeps", key, entry)
+    return result
+
+
+def run_long(
+    model: Any,
+    tokenizer: Any,
+    out_dir: Path,
+    settings: RealSettings = LONG,
+    trials: TrialSettings = BOOK_TRIALS,
+    progress: Callable[[str], Callable[[Iterable[Any]], Iterable[Any]]] = lambda name: lambda x: x,
+) -> None:
+    """The long step, at ``settings.multiples`` (4 L): the loss step (``loss_long.json``) and the
+    texts step (``loss_long_<text>.json``) at s = 4, sliding-window perplexity with W = 4 L
+    (``sliding_long.json``), then the trials at 4 L (``trials_long.json``), the longest."""
+    run_loss(
+        model, tokenizer, settings, out_dir / "loss_long.json", progress("loss, 4L"), command="long"
+    )
+    for text in OTHER_TEXTS:
+        run_loss(
+            model,
+            tokenizer,
+            text_settings(settings, text),
+            out_dir / f"loss_long_{text}.json",
+            progress(f"loss, {text}, 4L"),
+            plan=_text_passes,
+            command="long",
+        )
+    run_sliding(
+        model,
+        tokenizer,
+        settings,
+        trials,
+        out_dir / "sliding_long.json",
+        progress("sliding, 4L"),
+        multiples=settings.multiples,
+        command="long",
+    )
+    run_trials(
+        model,
+        tokenizer,
+        settings,
+        trials,
+        out_dir / "trials_long.json",
+        progress("trials, 4L"),
+        command="long",
+    )
