@@ -491,13 +491,23 @@ TEXT_FILES = [f"loss_{text}.json" for text in experiments.OTHER_TEXTS]
 
 
 @pytest.mark.parametrize(
-    "name", ["loss_vs_position.json", *TEXT_FILES, "memory.json", "reach.json"]
+    "name",
+    [
+        "loss_vs_position.json",
+        *TEXT_FILES,
+        "memory.json",
+        "reach.json",
+        "trials.json",
+        "sliding.json",
+    ],
 )
 def test_saved_results_carry_their_provenance(name) -> None:
     saved, settings = _saved(name)
-    entries = saved["passes" if "passes" in saved else "cells"]
+    entries = saved.get("passes") or saved.get("cells") or saved["sweeps"]
     _check_provenance(saved["provenance"], entries)
-    if name != "reach.json":
+    if name == "trials.json" or name == "sliding.json":
+        assert saved["provenance"]["trial_settings"] == as_json(asdict(experiments.BOOK_TRIALS))
+    if name not in ("reach.json", "trials.json"):
         _, text_provenance = texts.read_text(settings.text)
         assert saved["provenance"]["text"] == text_provenance
     if name.startswith("loss"):
@@ -673,6 +683,16 @@ def test_quick_run_writes_results_and_resumes_without_recomputing(loaded, tmp_pa
         for text in experiments.OTHER_TEXTS
     }
     reach = as_json(experiments.run_reach(model, tokenizer, QUICK, reach_file))
+    quick_trials = experiments.QUICK_TRIALS
+    trials_file, sliding_file = tmp_path / "trials.json", tmp_path / "sliding.json"
+    trials = as_json(experiments.run_trials(model, tokenizer, QUICK, quick_trials, trials_file))
+    sliding = as_json(experiments.run_sliding(model, tokenizer, QUICK, quick_trials, sliding_file))
+    assert len(trials["cells"]) == quick_trials.trials * len(reach["cells"])
+    for key, cell in reach["cells"].items():  # trial 0 is the reach step's prompt
+        assert trials["cells"][f"{key} trial=0"]["key_nll"] == pytest.approx(cell["key_nll"])
+    for entry in sliding["sweeps"].values():
+        assert entry["tokens"] == quick_trials.sliding_tokens - 1
+    _check_provenance(sliding["provenance"], sliding["sweeps"])
     assert json.loads(loss_file.read_text()) == loss and json.loads(reach_file.read_text()) == reach
     assert len(loss["passes"]) == len(experiments._loss_passes(QUICK, QUICK.window))
     assert list(memory["passes"]) == [str(QUICK.window)]
@@ -691,6 +711,10 @@ def test_quick_run_writes_results_and_resumes_without_recomputing(loaded, tmp_pa
     )
     assert as_json(experiments.run_loss(model, tokenizer, QUICK, loss_file)) == loss
     assert as_json(experiments.run_reach(model, tokenizer, QUICK, reach_file)) == reach
+    assert (
+        as_json(experiments.run_sliding(model, tokenizer, QUICK, quick_trials, sliding_file))
+        == sliding
+    )
     assert calls == [], "a resumed run recomputed finished passes"
     # the command line, on the same folder: it loads nothing new and finds everything done
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")  # else it re-executes itself to set it
@@ -698,6 +722,18 @@ def test_quick_run_writes_results_and_resumes_without_recomputing(loaded, tmp_pa
     threads = torch.get_num_threads()
     cli.main(["all", "--quick", "--out", str(tmp_path), "--no-progress", "--threads", str(threads)])
     assert calls == [] and json.loads(reach_file.read_text()) == reach
+    # a sweep stopped after some of its windows resumes at the next one, to the same numbers
+    partial = json.loads(sliding_file.read_text())
+    key = next(iter(partial["sweeps"]))
+    entry = partial["sweeps"][key]
+    entry["windows"] = entry["windows"][:-1]
+    for name in ("tokens", "mean_nll", "perplexity", "mean_of_window_means"):
+        del entry[name]
+    sliding_file.write_text(json.dumps(partial))
+    again = as_json(experiments.run_sliding(model, tokenizer, QUICK, quick_trials, sliding_file))
+    assert len(calls) == 1, "a resumed sweep recomputed more than its missing window"
+    for name in ("windows", "tokens", "mean_nll", "perplexity", "mean_of_window_means"):
+        assert again["sweeps"][key][name] == sliding["sweeps"][key][name], name
     assert json.loads(memory_file.read_text()) == memory
 
     dropped = experiments._key("pi", 2.0, 2 * QUICK.window)
@@ -709,3 +745,144 @@ def test_quick_run_writes_results_and_resumes_without_recomputing(loaded, tmp_pa
     assert resumed["passes"][dropped]["bins"] == pytest.approx(
         loss["passes"][dropped]["bins"], abs=1e-4
     )
+
+
+@pytest.mark.parametrize(
+    ("n", "window", "stride"), [(10, 4, 3), (37931, 16384, 2048), (100, 99, 1)]
+)
+def test_sliding_windows_score_every_token_once_with_a_full_window(n, window, stride) -> None:
+    """Press et al.'s protocol: each window holds ``window`` tokens, starts ``stride`` after the
+    one before (the last one ends at the text's end) and scores only tokens no earlier window
+    scored; together they score tokens 1 .. n - 1 once each."""
+    plan = experiments.sliding_windows(n, window, stride)
+    scored = []
+    for i, (begin, end, count) in enumerate(plan):
+        assert end - begin == window and 1 <= count <= window - 1
+        if i < len(plan) - 1:
+            assert begin == i * stride
+        scored += range(end - count, end)
+    assert plan[-1][1] == n and plan[0][2] == window - 1
+    assert scored == list(range(1, n)), "a token scored twice, or never"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"n_tokens": 10, "window": 4, "stride": 4}, "stride"),
+        ({"n_tokens": 10, "window": 11, "stride": 2}, "window"),
+        ({"n_tokens": 10, "window": 4, "stride": 0}, "stride"),
+        ({"n_tokens": 10, "window": 1.5, "stride": 1}, "window"),
+    ],
+)
+def test_sliding_windows_name_a_bad_argument(kwargs, name) -> None:
+    with pytest.raises((ValueError, TypeError), match=name):
+        experiments.sliding_windows(**kwargs)
+
+
+def test_trial_zero_is_the_reach_prompt_and_every_trial_differs() -> None:
+    seeds = {
+        (d, t): experiments.trial_seed(BOOK, d, t) for d in BOOK.reach_depths for t in range(10)
+    }
+    for depth in BOOK.reach_depths:
+        assert seeds[(depth, 0)] == BOOK.seed * 1000 + round(depth * 100)
+    assert len(set(seeds.values())) == len(seeds)
+    with pytest.raises(ValueError, match="trial"):
+        experiments.trial_seed(BOOK, 0.5, -1)
+
+
+def test_saved_trials_have_every_cell_and_trial_zero_is_the_cpu_reach_run() -> None:
+    """trials.json (a GPU run) holds every cell and trial; its trial 0 repeats reach.json's
+    prompts, which a CPU computed: the same keys and distances, the same retrieval verdicts,
+    and the same losses within 1e-3 nats (float32 on two devices)."""
+    saved, settings = _saved("trials.json")
+    trials = experiments.BOOK_TRIALS
+    cells = experiments._trial_cells(settings, trials, saved["window"])
+    keys = {f"{experiments._key(m, f, n)} depth={d:g} trial={t}" for m, f, n, d, t in cells}
+    assert set(saved["cells"]) == keys and len(keys) == trials.trials * 18
+    reach, _ = _saved("reach.json")
+    for key, cpu in reach["cells"].items():
+        gpu = saved["cells"][f"{key} trial=0"]
+        assert (gpu["key"], gpu["distance"], gpu["retrieved"]) == (
+            cpu["key"],
+            cpu["distance"],
+            cpu["retrieved"],
+        )
+        for name in ("key_nll", "copy_nll", "first_copy_nll"):
+            assert abs(gpu[name] - cpu[name]) < 1e-3, (key, name)
+    for entry in saved["cells"].values():
+        assert entry["seed"] == experiments.trial_seed(settings, entry["depth"], entry["trial"])
+
+
+def test_saved_sliding_has_every_window_and_agrees_with_the_cpu_loss_run() -> None:
+    """sliding.json (a GPU run) has every sweep with the windows ``sliding_windows`` plans and
+    totals that add up; the first window of each 2L sweep is the first 2L tokens, whose loss the
+    CPU's loss step measured in its one pass (the same to 1e-4 nats/token)."""
+    saved, settings = _saved("sliding.json")
+    trials = experiments.BOOK_TRIALS
+    tokens = saved["provenance"]["text_tokens"]
+    runs = experiments._sliding_runs(settings, trials, saved["window"], trials.sliding_multiples)
+    assert set(saved["sweeps"]) == {f"{m} s={f:g} W={w}" for m, f, w in runs}
+    loss, _ = _saved("loss_vs_position.json")
+    for method, factor, size in runs:
+        entry = saved["sweeps"][f"{method} s={factor:g} W={size}"]
+        plan = experiments.sliding_windows(tokens, size, trials.stride)
+        assert [tuple(w[:3]) for w in entry["windows"]] == plan
+        total = sum(w[3] for w in entry["windows"])
+        assert entry["tokens"] == tokens - 1
+        assert entry["mean_nll"] == pytest.approx(total / (tokens - 1), abs=1e-5)
+        assert entry["perplexity"] == pytest.approx(math.exp(total / (tokens - 1)), rel=1e-4)
+        if size == 2 * WINDOW:
+            bins = loss["passes"][experiments._key(method, factor, size)]["bins"]
+            weights = [settings.bin_size - 1] + [settings.bin_size] * (len(bins) - 1)
+            cpu = sum(w * b for w, b in zip(weights, bins, strict=True)) / sum(weights)
+            assert abs(entry["windows"][0][3] / entry["windows"][0][2] - cpu) < 1e-4, method
+
+
+@pytest.mark.slow
+def test_a_saved_gpu_trial_is_what_the_cpu_computes(loaded) -> None:
+    """Re-compute one GPU trial on the CPU: the shortest length, key at mid depth, trial 1."""
+    model, tokenizer = loaded
+    saved, settings = _saved("trials.json")
+    length, depth = min(settings.reach_in_window), 0.5
+    cell = saved["cells"][f"{experiments._key('none', 1.0, length)} depth={depth:g} trial=1"]
+    prompt = probes.build_prompt(
+        tokenizer, length, depth, seed=experiments.trial_seed(settings, depth, 1)
+    )
+    assert (prompt.key, prompt.distance) == (cell["key"], cell["distance"])
+    real_model.use_rope(model, experiments.scaling_for("none", 1.0, saved["window"]))
+    scores = probes.score_prompt(model, prompt)
+    assert scores["retrieved"] == cell["retrieved"]
+    for key in ("key_nll", "copy_nll", "first_copy_nll"):
+        assert abs(scores[key] - cell[key]) < 1e-3, (key, scores[key], cell[key])
+
+
+def test_run_long_runs_every_step_at_4l(monkeypatch, tmp_path) -> None:
+    """The long step is the loss, texts, sliding and trials steps at 4 L, into its own files."""
+    calls = []
+
+    def record(step):
+        return lambda model, tok, settings, *args, **kwargs: calls.append(
+            (
+                step,
+                settings.name,
+                settings.multiples,
+                Path(next(a for a in args if isinstance(a, Path))).name,
+                kwargs.get("command"),
+            )
+        )
+
+    monkeypatch.setattr(experiments, "run_loss", record("loss"))
+    monkeypatch.setattr(experiments, "run_sliding", record("sliding"))
+    monkeypatch.setattr(experiments, "run_trials", record("trials"))
+    experiments.run_long(None, None, tmp_path)
+    texts_calls = [
+        ("loss", f"book-long-{t}", (4.0,), f"loss_long_{t}.json", "long")
+        for t in experiments.OTHER_TEXTS
+    ]
+    assert calls == [
+        ("loss", "book-long", (4.0,), "loss_long.json", "long"),
+        *texts_calls,
+        ("sliding", "book-long", (4.0,), "sliding_long.json", "long"),
+        ("trials", "book-long", (4.0,), "trials_long.json", "long"),
+    ]
+    assert experiments.LONG.reach_multiple == 4.0 and experiments.LONG.reach_in_window == ()
