@@ -39,7 +39,7 @@ TEST_ISA := ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU
 endif
 
 .PHONY: book book-en book-zh gettext locales test quick lab execute lint clean browser reader \
-	gpu-bundle gpu-check
+	gpu-bundle gpu-check real-gpu-bundle
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -153,6 +153,23 @@ gpu-bundle:
 
 gpu-check:
 	$(PYTHON) .ci/gpu_check.py
+
+# The real-model chapter's GPU route (issue 26): the checkpoint (98 MB) in three parts of at most
+# 46 MB, each small enough to travel with the tree, and the wheels the GPU machine may lack (gguf,
+# and the pinned sympy and numpy that ship the texts). .ci/real_gpu.sh says how to run it there.
+real-gpu-bundle:
+	rm -rf .gpu/real
+	mkdir -p .gpu/real/p1 .gpu/real/p2 .gpu/real/p3/wheels
+	gguf=$$($(BIN)/python -c 'from rope_tutor.real import gguf_path; print(gguf_path())') && \
+	  split -b 46000000 -d -a 1 "$$gguf" .gpu/real/part. && \
+	  sha256sum "$$gguf" | cut -d' ' -f1 > .gpu/real/p3/SHA256
+	mv .gpu/real/part.0 .gpu/real/p1/ && mv .gpu/real/part.1 .gpu/real/p2/ && mv .gpu/real/part.2 .gpu/real/p3/
+	$(PYTHON) -m pip download --quiet --disable-pip-version-check --only-binary=:all: --no-deps \
+		--python-version $(GPU_PYTHON) $(GPU_PLATFORMS) -d .gpu/real/p3/wheels \
+		gguf==0.19.0 sympy==1.14.0 numpy==2.4.6
+	{ git rev-parse HEAD; if [ -n "$$(git status --porcelain)" ]; then \
+	  echo "with uncommitted changes"; fi; } > .gpu/COMMIT
+	@du -sh .gpu/real/* | sed 's/^/real gpu bundle: /'
 
 lint: $(STAMP)
 	$(BIN)/ruff check rope_tutor tests book .ci
