@@ -201,8 +201,10 @@ def cached_logits(model: torch.nn.Module, tokens: torch.Tensor, cache: str) -> t
         raise ValueError(f"cache must be one of {CACHES}, got cache={cache!r}")
     batch, n = tokens.shape
     dim = model.config.dim
-    keys: list[list[torch.Tensor]] = [[] for _ in model.blocks]  # per layer, (batch, heads, 1, hd)
-    values: list[list[torch.Tensor]] = [[] for _ in model.blocks]
+    param = next(model.parameters())
+    shape = (len(model.blocks), batch, model.config.num_heads, n, model.head_dim)
+    keys = torch.empty(shape, dtype=param.dtype, device=param.device)  # per layer, as cached
+    values = torch.empty_like(keys)
     out = []
     for t in range(n):  # byte t arrives: the length is t + 1
         x = model.embed(tokens[:, t : t + 1]) * math.sqrt(dim)  # (batch, 1, dim)
@@ -213,12 +215,14 @@ def cached_logits(model: torch.nn.Module, tokens: torch.Tensor, cache: str) -> t
             qkv = attn.qkv(block.attn_norm(x)).view(batch, 1, 3, attn.num_heads, attn.head_dim)
             q, k, v = (part.transpose(1, 2) for part in qkv.unbind(dim=2))  # (batch, heads, 1, hd)
             q = _rotate_at_length(rotary, q, now)
-            keys[layer].append(k if cache == "raw" else _rotate_at_length(rotary, k, now))
-            values[layer].append(v)
-            k_all = torch.cat(keys[layer], dim=2)  # (batch, heads, t + 1, hd)
+            keys[layer, :, :, t : t + 1] = (
+                k if cache == "raw" else _rotate_at_length(rotary, k, now)
+            )
+            values[layer, :, :, t : t + 1] = v
+            k_all = keys[layer, :, :, : t + 1]  # (batch, heads, t + 1, hd)
             if cache == "raw":
                 k_all = _rotate_at_length(rotary, k_all, torch.arange(t + 1, device=tokens.device))
-            y = attention(q, k_all, torch.cat(values[layer], dim=2))  # only past keys: no mask
+            y = attention(q, k_all, values[layer, :, :, : t + 1])  # only past keys: no mask
             x = x + attn.out(y.transpose(1, 2).reshape(batch, 1, dim))
             x = x + block.mlp(block.mlp_norm(x))
         out.append(F.linear(model.final_norm(x), model.embed.weight))  # tied output layer
