@@ -22,6 +22,7 @@ import rope_tutor as rt
 from rope_tutor import lab
 from rope_tutor.lab.data import fixed_target_windows, load_corpus, needle_batch, training_batches
 from rope_tutor.lab.evaluate import (
+    cached_logits,
     chunked_loss,
     fixed_target_losses,
     needle_accuracy,
@@ -376,6 +377,104 @@ def test_fixed_target_protocol_scores_the_same_bytes_with_more_context() -> None
     assert set(result) == {16, 64}
     with pytest.raises(ValueError, match="contexts"):
         fixed_target_losses(model, windows, [8], targets=16)
+
+
+def _dynamic_ntk_theta(head_dim: int, base: float, window: int, length: int) -> torch.Tensor:
+    """theta(length) of dynamic NTK, factor 1, written from the formula (chapter "NTK-aware
+    scaling", (dynamic-ntk-base)): b' = b max(1, length / window)^(d/(d-2)), float64 (d/2,)."""
+    scale = max(1.0, length / window)
+    new_base = base * scale ** (head_dim / (head_dim - 2))
+    return new_base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+
+
+def _cached_logits_by_angles(model: TinyLM, tokens: torch.Tensor, cache: str) -> torch.Tensor:
+    """An independent reference for ``cached_logits`` under dynamic NTK (factor 1): every score
+    at once, pairs as complex numbers, pair p of score (i, j) turned by (i - j) theta_p(i + 1)
+    (raw keys) or i theta_p(i + 1) - j theta_p(j + 1) (rotated keys), causal softmax."""
+    config = model.config
+    batch, n = tokens.shape
+    hd, half = model.head_dim, model.head_dim // 2
+    theta = torch.stack(
+        [_dynamic_ntk_theta(hd, config.rope_base, config.context, m + 1) for m in range(n)]
+    )  # (n, hd/2): row i is theta(i + 1)
+    pos = torch.arange(n, dtype=torch.float64)
+    if cache == "raw":
+        angle = (pos[:, None] - pos[None, :])[..., None] * theta[:, None, :]
+    else:
+        own = pos[:, None] * theta  # (n, hd/2): position m at length m + 1
+        angle = own[:, None, :] - own[None, :, :]
+    phase = torch.polar(torch.ones_like(angle), angle)  # (n, n, hd/2)
+    blocked = ~torch.ones(n, n, dtype=torch.bool).tril()
+    x = model.embed(tokens).double() * math.sqrt(config.dim)
+    for block in model.blocks:
+        attn = block.attn
+        qkv = attn.qkv(block.attn_norm(x)).view(batch, n, 3, attn.num_heads, hd)
+        q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))  # (batch, heads, n, hd)
+        zq = torch.complex(q[..., :half], q[..., half:])  # half layout: pair p is (x[p], x[p+d/2])
+        zk = torch.complex(k[..., :half], k[..., half:])
+        scores = (zq[..., :, None, :] * zk[..., None, :, :].conj() * phase).sum(-1).real
+        weights = (scores / math.sqrt(hd)).masked_fill(blocked, float("-inf")).softmax(-1)
+        y = (weights @ v).transpose(1, 2).reshape(batch, n, config.dim)
+        x = x + attn.out(y)
+        x = x + block.mlp(block.mlp_norm(x))
+    return torch.nn.functional.linear(model.final_norm(x), model.embed.weight)
+
+
+@pytest.mark.parametrize(
+    "scaling", [None, {"rope_type": "linear", "factor": 2.0}, {"rope_type": "ntk", "factor": 4.0}]
+)
+def test_cached_logits_is_the_forward_when_theta_does_not_depend_on_the_length(scaling) -> None:
+    model = make_model("rope", context=8).double()
+    model.set_rope_scaling(scaling)
+    tokens = random_tokens(2, 24)
+    with torch.no_grad():
+        forward = model(tokens)  # one causal pass, the model's own code
+    for cache in ("raw", "rotated"):
+        assert torch.allclose(cached_logits(model, tokens, cache), forward, rtol=0, atol=1e-10)
+
+
+def test_cached_logits_matches_the_score_angles_under_dynamic_ntk() -> None:
+    window = 8
+    model = make_model("rope", context=window).double()
+    dynamic = {"rope_type": "dynamic", "factor": 1.0, "original_max_position_embeddings": window}
+    model.set_rope_scaling(dynamic)
+    tokens = random_tokens(2, 3 * window)
+    with torch.no_grad():
+        raw, rotated = (cached_logits(model, tokens, c) for c in ("raw", "rotated"))
+        for cache, got in (("raw", raw), ("rotated", rotated)):
+            expected = _cached_logits_by_angles(model, tokens, cache)
+            # the package's theta is float32 (rope_parameters): ~1e-8 relative, 1e-9 here
+            assert torch.allclose(got, expected, rtol=0, atol=1e-7), cache
+        # inside the window both are the model's forward; past it the rotated keys drift
+        assert torch.allclose(raw[:, :window], model(tokens[:, :window]), rtol=0, atol=1e-10)
+        assert torch.equal(raw[:, :window], rotated[:, :window])
+        assert (raw[:, window:] - rotated[:, window:]).abs().amax() > 1e-3
+
+
+def test_cached_logits_with_raw_keys_is_a_fresh_pass_for_one_layer() -> None:
+    # With one layer a key depends on its byte only, so re-rotating the cached raw keys at length
+    # l gives what the model's own forward over the first l bytes computes for its last byte.
+    window = 8
+    model = make_model("rope", num_layers=1, context=window).double()
+    model.set_rope_scaling(
+        {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": window}
+    )
+    tokens = random_tokens(1, 3 * window)
+    with torch.no_grad():
+        raw = cached_logits(model, tokens, "raw")
+        for length in (1, window, window + 1, 2 * window + 3, 3 * window):
+            fresh = model(tokens[:, :length])[:, -1]
+            assert torch.allclose(raw[:, length - 1], fresh, rtol=0, atol=1e-10), length
+
+
+def test_cached_logits_refuses_bad_input_with_the_value() -> None:
+    tokens = random_tokens(1, 4)
+    with pytest.raises(ValueError, match="cache="):
+        cached_logits(make_model("rope"), tokens, "after")
+    with pytest.raises(ValueError, match="encoding='rope'"):
+        cached_logits(make_model("alibi"), tokens, "raw")
+    with pytest.raises(ValueError, match="int64"):
+        cached_logits(make_model("rope"), tokens.float(), "raw")
 
 
 def test_chunked_protocol_cuts_the_stream_into_non_overlapping_chunks() -> None:

@@ -10,6 +10,9 @@ Part V, "Train short, test long" and "Finding the needle".
 - ``chunked_loss``: ALiBi's protocol, the validation stream cut into non-overlapping chunks of one
   length, every byte scored (early bytes of each chunk see little context).
 - ``needle_accuracy``: exact match of the key in the synthetic needle task, teacher-forced.
+- ``cached_logits``: a RoPE model read one byte at a time with a KV cache, as generation does,
+  keys cached before or after rotation (chapter "NTK-aware scaling": with dynamic NTK the two
+  differ past the trained window).
 """
 
 from __future__ import annotations
@@ -19,15 +22,22 @@ import math
 import torch
 import torch.nn.functional as F
 
+from rope_tutor.attention import attention
 from rope_tutor.lab.data import needle_batch
+from rope_tutor.rope import RotaryEmbedding, apply_rope
 
 __all__ = [
+    "CACHES",
+    "cached_logits",
     "fixed_target_losses",
     "per_position_loss",
     "chunked_loss",
     "needle_accuracy",
     "needle_depth_bins",
 ]
+
+#: What a KV cache holds for the keys: ``"raw"`` (before rotation) or ``"rotated"`` (after).
+CACHES = ("raw", "rotated")
 
 #: Evaluation batches hold at most this many bytes, which bounds the attention-score memory.
 TOKENS_PER_BATCH = 8192
@@ -140,3 +150,80 @@ def needle_accuracy(
         "per_letter": hits.float().mean().item(),
         "by_depth": by_depth,
     }
+
+
+def _rotate_at_length(
+    rotary: RotaryEmbedding, z: torch.Tensor, positions: torch.Tensor
+) -> torch.Tensor:
+    """``z`` ``(..., seq, hd)`` rotated as ``rotary`` would, under theta(max(positions) + 1)."""
+    return apply_rope(
+        z,
+        positions,
+        base=rotary.base,
+        layout=rotary.layout,
+        scaling=rotary.scaling,
+        rotary_dim=rotary.rotary_dim,
+    )
+
+
+@torch.no_grad()
+def cached_logits(model: torch.nn.Module, tokens: torch.Tensor, cache: str) -> torch.Tensor:
+    """Logits of a RoPE lab model reading ``tokens`` one byte at a time with a KV cache.
+
+    Chapter "NTK-aware scaling", section "The pitfall: cache keys before rotation"; the mismatch
+    is the one the YaRN paper warns about for dynamic scaling (Peng et al., 2023). ``model`` is a
+    ``TinyLM`` with ``encoding="rope"``, its ``rope_scaling`` in force; ``tokens`` is int64
+    ``(batch, n)``. Returns the logits ``(batch, n, vocab_size)`` in the model's dtype.
+
+    Byte t arrives at length l = t + 1: its hidden states in every layer are computed then, once,
+    and its key and value are kept. theta(l) are the frequencies of the model's scaling at length
+    l (``rope_parameters`` with ``seq_len=l``: for dynamic NTK, equation (dynamic-ntk-base)). The
+    query of byte t is rotated by ``t theta(t + 1)``; the key of byte j <= t by
+
+    - ``j theta(t + 1)`` with ``cache="raw"``: keys are cached before rotation and re-rotated at
+      every step, so pair p of score (t, j) turns by ``(t - j) theta_p(t + 1)``, a function of the
+      distance, as RoPE intends;
+    - ``j theta(j + 1)`` with ``cache="rotated"``: each key keeps the rotation it had when it was
+      cached, so pair p turns by ``t theta_p(t + 1) - j theta_p(j + 1)``.
+
+    The two agree, and equal ``model(tokens)``, when theta does not depend on the length (plain
+    RoPE, the static methods, dynamic NTK within the trained window). Raises ``ValueError`` for
+    a model without RoPE, ``tokens`` that are not int64 ``(batch, n)`` or an unknown ``cache``.
+    """
+    if getattr(getattr(model, "config", None), "encoding", None) != "rope":
+        raise ValueError("model must be a TinyLM with encoding='rope'")
+    if tokens.dim() != 2 or tokens.dtype != torch.long:
+        raise ValueError(
+            f"tokens must be an int64 tensor of shape (batch, n), got dtype {tokens.dtype} "
+            f"and shape {tuple(tokens.shape)}"
+        )
+    if cache not in CACHES:
+        raise ValueError(f"cache must be one of {CACHES}, got cache={cache!r}")
+    batch, n = tokens.shape
+    dim = model.config.dim
+    param = next(model.parameters())
+    shape = (len(model.blocks), batch, model.config.num_heads, n, model.head_dim)
+    keys = torch.empty(shape, dtype=param.dtype, device=param.device)  # per layer, as cached
+    values = torch.empty_like(keys)
+    out = []
+    for t in range(n):  # byte t arrives: the length is t + 1
+        x = model.embed(tokens[:, t : t + 1]) * math.sqrt(dim)  # (batch, 1, dim)
+        now = torch.tensor([t], device=tokens.device)
+        for layer, block in enumerate(model.blocks):
+            attn = block.attn
+            rotary = attn.rotary
+            qkv = attn.qkv(block.attn_norm(x)).view(batch, 1, 3, attn.num_heads, attn.head_dim)
+            q, k, v = (part.transpose(1, 2) for part in qkv.unbind(dim=2))  # (batch, heads, 1, hd)
+            q = _rotate_at_length(rotary, q, now)
+            keys[layer, :, :, t : t + 1] = (
+                k if cache == "raw" else _rotate_at_length(rotary, k, now)
+            )
+            values[layer, :, :, t : t + 1] = v
+            k_all = keys[layer, :, :, : t + 1]  # (batch, heads, t + 1, hd)
+            if cache == "raw":
+                k_all = _rotate_at_length(rotary, k_all, torch.arange(t + 1, device=tokens.device))
+            y = attention(q, k_all, values[layer, :, :, : t + 1])  # only past keys: no mask
+            x = x + attn.out(y.transpose(1, 2).reshape(batch, 1, dim))
+            x = x + block.mlp(block.mlp_norm(x))
+        out.append(F.linear(model.final_norm(x), model.embed.weight))  # tied output layer
+    return torch.cat(out, dim=1)
