@@ -240,6 +240,18 @@ def test_the_lab_head_needs_the_clamp() -> None:
     assert any(c.make() == ((32, 10000.0, 128), {}) for c in get_exercise("yarn_ramp").cases)
 
 
+def test_only_the_lab_head_catches_the_missing_clamp() -> None:
+    """The unclamped ramp agrees with the right one on every other input of the checker (the 5
+    that it used to pass), so the lab's head is the input that catches it."""
+    caught = []
+    for case in get_exercise("yarn_ramp").cases:
+        args, kwargs = case.make()
+        right = ramp_right(*args, **kwargs)
+        if not torch.allclose(ramp_unclamped(*args, **kwargs), right, rtol=0.0, atol=1e-12):
+            caught.append(args)
+    assert caught == [(32, 10000.0, 128)]
+
+
 def test_checker_survives_a_crashing_answer(capsys) -> None:
     def crashes(*args):
         raise RuntimeError("not written yet")
