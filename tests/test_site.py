@@ -136,6 +136,8 @@ THEME_WORDS = {
     "Search this book...": "搜索本书……",
     "Repository": "代码仓库",
     "Click to show": "点击显示",  # a hidden cell's button (sphinx-togglebutton)
+    "Show code cell source": "显示代码",  # a folded code cell's buttons (myst-nb's hide-input)
+    "Hide code cell source": "隐藏代码",
     "rope-tutor: how transformers encode position": "rope-tutor：Transformer 如何编码位置",  # title
 }
 

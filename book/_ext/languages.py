@@ -22,6 +22,7 @@ disk or from any host, offline.
 
 from __future__ import annotations
 
+import gettext
 import html
 import os
 import re
@@ -139,6 +140,7 @@ def _load_extension_catalogs(app: Any, config: Any) -> None:
     toggle = locale.get_translation("togglebutton")
     config.togglebutton_hint = str(toggle("Click to show"))
     config.togglebutton_hint_hide = str(toggle("Click to hide"))
+    _translate_code_prompts(config, ours)
     theme = locale.get_translation("booktheme")
     if config.html_title:  # the site's title, above the navigation and in each tab's title
         config.html_title = str(theme(config.html_title))
@@ -148,6 +150,26 @@ def _load_extension_catalogs(app: Any, config: Any) -> None:
             **config.html_theme_options,
             "search_bar_text": str(theme(search)),
         }
+
+
+def _translate_code_prompts(config: Any, ours: list[Path]) -> None:
+    """The buttons of a folded code cell (the ``hide-input`` tag): myst-nb writes its settings
+    ``nb_code_prompt_show`` / ``nb_code_prompt_hide`` ("Show code cell {type}") into the page as
+    they are, and has no catalogue, so the Chinese pages showed them in English. The project's
+    ``locales/<language>/LC_MESSAGES/mystnb.po`` translates the two settings (their English text
+    is the msgid); without it, or in English, they stay as configured."""
+    from sphinx.util.i18n import CatalogInfo
+
+    for base in ours:
+        messages = base / config.language / "LC_MESSAGES"
+        if not (messages / "mystnb.po").is_file():
+            continue
+        CatalogInfo(str(messages), "mystnb", "utf-8").write_mo(config.language)
+        with open(messages / "mystnb.mo", "rb") as handle:
+            catalog = gettext.GNUTranslations(handle)
+        config.nb_code_prompt_show = catalog.gettext(config.nb_code_prompt_show)
+        config.nb_code_prompt_hide = catalog.gettext(config.nb_code_prompt_hide)
+        return
 
 
 def _translate_toctree_captions(app: Any, doctree: Any) -> None:
