@@ -443,6 +443,35 @@ def run_memory(
     return result
 
 
+def trial_seed(settings: RealSettings, depth: float, trial: int) -> int:
+    """The seed of trial ``trial`` of a reach cell at ``depth``: trial 0 is the reach step's
+    prompt (``settings.seed * 1000 + round(100 * depth)``), trial t adds 100,000 t. Every method
+    and length sees the same prompts, so methods are compared prompt by prompt."""
+    trial = _checks.integer("trial", trial, minimum=0)
+    return settings.seed * 1000 + round(depth * 100) + 100_000 * trial
+
+
+def _probe(
+    model: Any, tokenizer: Any, cell: tuple[str, float, int, float], seed: int, L: int
+) -> dict[str, Any]:
+    """One reach cell (method, factor, length, depth) with the prompt of ``seed``: the prompt's
+    key and distance, ``score_prompt``'s scores and the wall time."""
+    method, factor, length, depth = cell
+    start = time.perf_counter()
+    prompt = build_prompt(tokenizer, length, depth, seed=seed)
+    use_rope(model, scaling_for(method, factor, L))
+    return {
+        "method": method,
+        "factor": factor,
+        "length": length,
+        "depth": depth,
+        "distance": prompt.distance,
+        "key": prompt.key,
+        **score_prompt(model, prompt),
+        "wall_s": round(time.perf_counter() - start, 1),
+    }
+
+
 def _reach_cells(settings: RealSettings, L: int) -> list[tuple[str, float, int, float]]:
     """(method, factor, length, depth) of every cell of the reach step."""
     cells = [("none", 1.0, n, d) for n in settings.reach_in_window for d in settings.reach_depths]
@@ -477,31 +506,10 @@ def run_reach(
         key = f"{_key(method, factor, length)} depth={depth:g}"
         if key in result["cells"]:
             continue
-        start = time.perf_counter()
-        seed = settings.seed * 1000 + round(depth * 100)  # the same prompt for every method
-        prompt = build_prompt(tokenizer, length, depth, seed=seed)
-        use_rope(model, scaling_for(method, factor, L))
-        scores = score_prompt(model, prompt)
-        entry = {
-            "method": method,
-            "factor": factor,
-            "length": length,
-            "depth": depth,
-            "distance": prompt.distance,
-            "key": prompt.key,
-            **scores,
-            "wall_s": round(time.perf_counter() - start, 1),
-        }
+        seed = trial_seed(settings, depth, 0)  # the same prompt for every method
+        entry = _probe(model, tokenizer, (method, factor, length, depth), seed, L)
         _keep(out, result, "cells", key, entry)
     return result
-
-
-def trial_seed(settings: RealSettings, depth: float, trial: int) -> int:
-    """The seed of trial ``trial`` of a reach cell at ``depth``: trial 0 is the reach step's
-    prompt (``settings.seed * 1000 + round(100 * depth)``), trial t adds 100,000 t. Every method
-    and length sees the same prompts, so methods are compared prompt by prompt."""
-    trial = _checks.integer("trial", trial, minimum=0)
-    return settings.seed * 1000 + round(depth * 100) + 100_000 * trial
 
 
 def _trial_cells(
@@ -538,23 +546,9 @@ def run_trials(
         key = f"{_key(method, factor, length)} depth={depth:g} trial={trial}"
         if key in result["cells"]:
             continue
-        start = time.perf_counter()
         seed = trial_seed(settings, depth, trial)
-        prompt = build_prompt(tokenizer, length, depth, seed=seed)
-        use_rope(model, scaling_for(method, factor, L))
-        entry = {
-            "method": method,
-            "factor": factor,
-            "length": length,
-            "depth": depth,
-            "trial": trial,
-            "seed": seed,
-            "distance": prompt.distance,
-            "key": prompt.key,
-            **score_prompt(model, prompt),
-            "wall_s": round(time.perf_counter() - start, 1),
-        }
-        _keep(out, result, "cells", key, entry)
+        entry = _probe(model, tokenizer, (method, factor, length, depth), seed, L)
+        _keep(out, result, "cells", key, {**entry, "trial": trial, "seed": seed})
     return result
 
 
