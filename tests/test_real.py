@@ -734,6 +734,7 @@ def test_quick_run_writes_results_and_resumes_without_recomputing(loaded, tmp_pa
     assert len(calls) == 1, "a resumed sweep recomputed more than its missing window"
     for name in ("windows", "tokens", "mean_nll", "perplexity", "mean_of_window_means"):
         assert again["sweeps"][key][name] == sliding["sweeps"][key][name], name
+    calls.clear()
     assert json.loads(memory_file.read_text()) == memory
 
     dropped = experiments._key("pi", 2.0, 2 * QUICK.window)
