@@ -136,6 +136,30 @@ def test_no_stored_output_or_glue_holds_a_full_precision_float(notebook: str) ->
     )
 
 
+#: The repr of an array-library scalar or tensor: glued, it would print in the prose as is.
+LIBRARY_REPR = re.compile(r"^(np\.\w+\(|numpy\.\w+\(|tensor\()")
+
+
+def test_library_repr_detector() -> None:
+    assert LIBRARY_REPR.match("np.float64(0.86)") and LIBRARY_REPR.match("tensor(3.)")
+    assert not LIBRARY_REPR.match("0.86") and not LIBRARY_REPR.match("'[0.72, 1.00]'")
+
+
+@pytest.mark.parametrize("notebook", toc_notebooks())
+def test_no_glued_value_is_a_numpy_or_torch_scalar(notebook: str) -> None:
+    """A glued numpy or torch scalar renders in the prose as its repr ("np.float64(0.86)"); glue
+    a Python number or a formatted string (chapter 13b's Wilson bound did this once)."""
+    cells = json.loads((ROOT / notebook).read_text(encoding="utf-8"))["cells"]
+    offenders = [
+        f"{output['metadata']['scrapbook']['name']}: {plain}"
+        for cell in cells
+        for output in cell.get("outputs", [])
+        if (plain := "".join(output.get("data", {}).get(PLAIN_TEXT_KEYS[1], "")))
+        and LIBRARY_REPR.match(plain)
+    ]
+    assert not offenders, f"{notebook} glues array-library scalars: {offenders}"
+
+
 # -- the dynamic check: outputs stored on one vector code path, compared on another ---------------
 
 X86 = platform.machine().lower() in ("x86_64", "amd64")
