@@ -614,6 +614,7 @@ def test_quick_configuration_runs_every_experiment_and_resumes(tmp_path: Path) -
             "train_short_test_long.json",
             "extend_rope.json",
             "yarn_beta.json",
+            "heldout.json",
             "needle.json",
             "rope.safetensors",
         }
@@ -657,6 +658,7 @@ WRITTEN_BY = {
     "train_short_test_long.json": "train-short-test-long",
     "extend_rope.json": "extend",
     "yarn_beta.json": "yarn-beta",
+    "heldout.json": "heldout",
     "needle.json": "passkey",
     "needle_alibi.json": "needle-arm --encoding alibi",
 }

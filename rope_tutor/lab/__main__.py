@@ -1,18 +1,19 @@
 """Command line of the lab: ``python -m rope_tutor.lab all`` reproduces chapters 11-13.
 
 ``all`` runs, for each training seed (``--seeds``, default ``LabSettings.seeds``) into
-``<out>/seed_<n>/``, the steps ``train-short-test-long``, ``extend``, ``yarn-beta`` and ``passkey``
-(modules ``short_long``, ``extend``, ``yarn_beta``, ``passkey``; ``passkey`` also trains the
-encodings of ``passkey.OTHER_ENCODINGS`` at the seeds of ``other_needle_seeds``), then writes
-``<out>/summary.json`` (module ``summary``). Each step shows progress bars and is skipped when its
-files are already there with the same settings, seed and corpus: an interrupted run resumes where
-it stopped. A step named alone runs for every seed of ``--seeds``; ``extend`` and ``yarn-beta``
-reuse the seed's RoPE checkpoint of ``train-short-test-long`` when present. ``arm --encoding rope``
-re-trains and evaluates one arm of ``train-short-test-long`` into
-``<out>/seed_<n>/arm_<encoding>.json`` (what ``tests/test_lab.py`` compares with the saved
-numbers); ``needle-arm --encoding alibi`` trains one encoding on the needle task into
-``<out>/seed_<n>/needle_<encoding>.json``. ``--quick`` runs a tiny configuration (seconds) for
-smoke tests; ``--out`` picks the folder; wall times go to ``<out>/timings.json``.
+``<out>/seed_<n>/``, the steps ``train-short-test-long``, ``extend``, ``yarn-beta``, ``heldout``
+and ``passkey`` (modules ``short_long``, ``extend``, ``yarn_beta``, ``heldout``, ``passkey``;
+``passkey`` also trains the encodings of ``passkey.OTHER_ENCODINGS`` at the seeds of
+``other_needle_seeds``), then writes ``<out>/summary.json`` (module ``summary``). Each step
+shows progress bars and is skipped when its files are already there with the same settings, seed
+and corpus: an interrupted run resumes where it stopped. A step named alone runs for every seed
+of ``--seeds``; ``extend``, ``yarn-beta`` and ``heldout`` reuse the seed's RoPE checkpoint of
+``train-short-test-long`` when present. ``arm --encoding rope`` re-trains and evaluates one arm
+of ``train-short-test-long`` into ``<out>/seed_<n>/arm_<encoding>.json`` (what
+``tests/test_lab.py`` compares with the saved numbers); ``needle-arm --encoding alibi`` trains
+one encoding on the needle task into ``<out>/seed_<n>/needle_<encoding>.json``. ``--quick`` runs
+a tiny configuration (seconds) for smoke tests; ``--out`` picks the folder; wall times go to
+``<out>/timings.json``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 
 from rope_tutor.lab.data import Corpus
 from rope_tutor.lab.extend import extend_rope
+from rope_tutor.lab.heldout import heldout
 from rope_tutor.lab.model import ENCODINGS
 from rope_tutor.lab.passkey import OTHER_ENCODINGS, find_the_needle, needle_arm
 from rope_tutor.lab.records import seed_folder
@@ -36,13 +38,23 @@ from rope_tutor.lab.summary import write_summary
 from rope_tutor.lab.yarn_beta import yarn_beta
 from rope_tutor.runtime import DEFAULT_THREADS, cpu_model, seed_everything
 
-COMMANDS = ("all", "train-short-test-long", "extend", "yarn-beta", "passkey", "arm", "needle-arm")
+COMMANDS = (
+    "all",
+    "train-short-test-long",
+    "extend",
+    "yarn-beta",
+    "heldout",
+    "passkey",
+    "arm",
+    "needle-arm",
+)
 
 #: The steps of ``all`` in order, each with the files it writes into a seed's folder.
 STEPS: dict[str, tuple[str, ...]] = {
     "train-short-test-long": ("train_short_test_long.json", "rope.safetensors"),
     "extend": ("extend_rope.json",),
     "yarn-beta": ("yarn_beta.json",),
+    "heldout": ("heldout.json",),
     "passkey": ("needle.json",),
 }
 
@@ -93,6 +105,8 @@ def _run_step(
         extend_rope(settings, corpus, folder, progress=progress)
     elif step == "yarn-beta":
         yarn_beta(settings, corpus, folder, progress=progress)
+    elif step == "heldout":
+        heldout(settings, corpus, folder, progress=progress)
     elif step == "passkey":
         find_the_needle(settings, folder, progress=progress)
     else:  # "needle-arm:<encoding>"
@@ -191,9 +205,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         _run_step(step, run_settings, corpus, folder, progress)
         seconds = round(time.perf_counter() - t, 1)
         # Wall time of each step on this machine: a budget record, not a result.
-        timings.setdefault(seed_folder(seed), {})[f"{step}_seconds"] = seconds
-        timings["device"] = cpu_model()
-        timings["threads"] = args.threads
+        record = timings.setdefault(seed_folder(seed), {})
+        record[f"{step}_seconds"] = seconds
+        if timings.setdefault("device", cpu_model()) != cpu_model():  # a step run elsewhere
+            record[f"{step}_device"] = cpu_model()
+        if timings.setdefault("threads", args.threads) != args.threads:
+            record[f"{step}_threads"] = args.threads
         timings_file.write_text(json.dumps(timings, indent=1) + "\n")
         print(f"{label}: {seconds:.0f} s", flush=True)
     write_summary(out_dir)

@@ -29,7 +29,9 @@ __all__ = [
     "Corpus",
     "load_corpus",
     "training_batches",
+    "fixed_target_starts",
     "fixed_target_windows",
+    "heldout_windows",
     "NEEDLE_MARKER",
     "needle_batch",
 ]
@@ -157,12 +159,53 @@ def fixed_target_windows(
     The evaluation generator is separate from the training one, so the evaluation data do not
     depend on how long a model was trained. Returns int64 ``(num_windows, length + 1)``.
     """
+    return slice_windows(data, fixed_target_starts(data, num_windows, length, seed), length + 1)
+
+
+def fixed_target_starts(
+    data: torch.Tensor, num_windows: int, length: int, seed: int
+) -> torch.Tensor:
+    """The start offsets of ``fixed_target_windows``'s windows: int64 ``(num_windows,)``."""
     generator = torch.Generator().manual_seed(seed)
     high = data.numel() - length - 1
     if high < 1:
         raise ValueError(f"validation data of {data.numel()} bytes is shorter than {length + 1}")
-    starts = torch.randint(0, high, (num_windows,), generator=generator)
-    return slice_windows(data, starts, length + 1)
+    return torch.randint(0, high, (num_windows,), generator=generator)
+
+
+def heldout_windows(
+    data: torch.Tensor, num_windows: int, length: int, seed: int, avoid: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``num_windows`` windows of ``length + 1`` bytes that share no byte with ``avoid``.
+
+    ``avoid`` is int64 ``(k,)``: the start offsets of windows of ``length + 1`` bytes already
+    used (the book's sample, ``fixed_target_windows``). Candidate starts are drawn from a
+    generator seeded with ``seed``, in batches, and kept in the order drawn when their window
+    misses every avoided byte; the held-out windows may overlap one another, as the book's may.
+    Returns ``(windows, starts)``: int64 ``(num_windows, length + 1)`` and ``(num_windows,)``.
+    Raises ``ValueError`` when ``data`` has too little free room to hold such windows.
+    """
+    span = length + 1
+    high = data.numel() - span
+    if high < 1:
+        raise ValueError(f"validation data of {data.numel()} bytes is shorter than {span}")
+    used = torch.zeros(data.numel() + 1, dtype=torch.long)
+    for start in avoid.tolist():
+        used[start : start + span] = 1
+    before = torch.cat([torch.zeros(1, dtype=torch.long), used.cumsum(0)])  # used bytes < i
+    generator = torch.Generator().manual_seed(seed)
+    kept: list[int] = []
+    for _ in range(1000):
+        starts = torch.randint(0, high, (4 * num_windows,), generator=generator)
+        free = (before[starts + span] - before[starts]) == 0
+        kept.extend(starts[free].tolist())
+        if len(kept) >= num_windows:
+            starts = torch.tensor(kept[:num_windows], dtype=torch.long)
+            return slice_windows(data, starts, span), starts
+    raise ValueError(
+        f"data of {data.numel()} bytes has too little room outside the avoided windows for "
+        f"num_windows={num_windows} windows of {span} bytes"
+    )
 
 
 #: The byte that announces the key, once in the haystack and once in the question.

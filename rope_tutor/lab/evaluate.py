@@ -30,6 +30,7 @@ __all__ = [
     "CACHES",
     "cached_logits",
     "fixed_target_losses",
+    "fixed_target_window_losses",
     "per_position_loss",
     "chunked_loss",
     "needle_accuracy",
@@ -67,18 +68,32 @@ def fixed_target_losses(
     ``windows[:, -context - 1 : -1]`` and is scored on its last ``targets`` predictions.
     Returns ``{context: (mean, standard_error)}`` over the ``n`` windows.
     """
-    if max(contexts) + 1 > windows.shape[1] or min(contexts) < targets:
-        raise ValueError(
-            f"contexts {contexts} must lie in [targets={targets}, {windows.shape[1] - 1}]"
-        )
     result = {}
-    for context in contexts:
-        losses = _token_losses(model, windows[:, -context - 1 :])[:, -targets:].mean(dim=1)
+    for context, losses in fixed_target_window_losses(model, windows, contexts, targets).items():
         result[context] = (
             losses.mean().item(),
             (losses.std() / math.sqrt(len(losses))).item(),
         )
     return result
+
+
+def fixed_target_window_losses(
+    model: torch.nn.Module, windows: torch.Tensor, contexts: list[int], targets: int
+) -> dict[int, torch.Tensor]:
+    """Per-window losses of ``fixed_target_losses``: ``{context: float32 (n,)}``, the mean loss
+    on the last ``targets`` bytes of each of the ``n`` windows given ``context`` bytes of input.
+
+    What intervals over windows as well as seeds need (``rope_tutor.lab.stats.crossed_difference``).
+    Raises ``ValueError`` when a context does not lie in ``[targets, windows.shape[1] - 1]``.
+    """
+    if max(contexts) + 1 > windows.shape[1] or min(contexts) < targets:
+        raise ValueError(
+            f"contexts {contexts} must lie in [targets={targets}, {windows.shape[1] - 1}]"
+        )
+    return {
+        context: _token_losses(model, windows[:, -context - 1 :])[:, -targets:].mean(dim=1)
+        for context in contexts
+    }
 
 
 def per_position_loss(model: torch.nn.Module, windows: torch.Tensor) -> torch.Tensor:

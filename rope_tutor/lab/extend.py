@@ -33,9 +33,15 @@ from rope_tutor.lab.short_long import (
     language_model_batches,
     train_language_model,
 )
-from rope_tutor.lab.train import fit
+from rope_tutor.lab.train import TrainConfig, fit
 
-__all__ = ["extend_rope", "extension_methods", "rope_checkpoint"]
+__all__ = [
+    "extend_rope",
+    "extension_methods",
+    "finetune_arms",
+    "pi_curve_config",
+    "rope_checkpoint",
+]
 
 
 def extension_methods(settings: LabSettings) -> dict[str, dict[str, Any] | None]:
@@ -130,6 +136,25 @@ def _temperature(
     return temperature
 
 
+def finetune_arms(
+    methods: dict[str, dict[str, Any] | None],
+) -> dict[str, dict[str, Any] | None]:
+    """The fine-tuning arms of step 2 and the scaling each trains with, from ``methods``
+    (``extension_methods``): plain RoPE, PI, NTK-aware and YaRN with the paper's beta."""
+    return {
+        "finetune_plain": None,
+        "finetune_pi": methods["pi"],
+        "finetune_ntk": methods["ntk"],
+        "finetune_yarn": methods["yarn_paper_beta"],
+    }
+
+
+def pi_curve_config(settings: LabSettings) -> TrainConfig:
+    """The longer PI fine-tune of step 2: ``settings.finetune`` run for ``max(pi_curve_steps)``
+    steps (batch, peak rate, warm-up; cosine decay over the whole run)."""
+    return replace(settings.finetune, steps=max(settings.pi_curve_steps))
+
+
 def _finetuned(
     model: TinyLM,
     methods: dict[str, dict[str, Any] | None],
@@ -142,13 +167,7 @@ def _finetuned(
     plain RoPE, PI, NTK-aware and YaRN (paper's beta) in place, each evaluated as in step 1."""
     length = int(settings.extend_factor * settings.context)
     finetuned = {}
-    tune_arms = {
-        "finetune_plain": None,
-        "finetune_pi": methods["pi"],
-        "finetune_ntk": methods["ntk"],
-        "finetune_yarn": methods["yarn_paper_beta"],
-    }
-    for name, scaling in tune_arms.items():
+    for name, scaling in finetune_arms(methods).items():
         fitted = fit(
             model,
             language_model_batches(corpus, length),
@@ -172,8 +191,7 @@ def _pi_curve(
     cosine decay over the whole run), its fixed-target loss scored at every multiple after each
     of ``pi_curve_steps`` steps. One run, evaluated along the way, as in PI's Table 3."""
     length = int(settings.extend_factor * settings.context)
-    steps = max(settings.pi_curve_steps)
-    config = replace(settings.finetune, steps=steps)
+    config = pi_curve_config(settings)
     windows = fixed_target_windows(
         corpus.validation,
         settings.eval_windows,

@@ -32,6 +32,8 @@ class LabSettings:
     ``context`` is the training length T in bytes; ``multiples`` are the evaluation lengths in
     units of T. ``pretrain`` trains the language models of "Train short, test long",
     ``finetune`` their fine-tunes at ``extend_factor * T`` ("Extending a trained RoPE model"),
+    ``heldout_windows`` windows drawn with ``heldout_seed``, sharing no byte with the
+    ``eval_windows`` windows of ``eval_seed``, are the held-out sample of step 2c (``heldout``).
     ``needle_train`` and ``needle_finetune`` the retrieval models of "Finding the needle".
     ``pi_curve_steps`` are the checkpoints of the longer PI fine-tune evaluated against steps.
     ``seeds`` are the training seeds ``python -m rope_tutor.lab all`` runs (``for_seed``; each
@@ -51,6 +53,8 @@ class LabSettings:
     )
     eval_windows: int = 32
     eval_seed: int = 1234
+    heldout_windows: int = 128
+    heldout_seed: int = 2027
     chunked_bytes: int = 16384
     extend_factor: float = 4.0
     temperature_factors: tuple[float, ...] = (2.0, 4.0, 8.0)
@@ -123,6 +127,7 @@ QUICK = replace(
     validation_bytes=40_000,
     pretrain=TrainConfig(steps=8, batch_size=4, warmup_steps=2),
     eval_windows=4,
+    heldout_windows=4,
     chunked_bytes=2048,
     temperature_factors=(2.0,),
     logit_multipliers=(1.0, 1.2),

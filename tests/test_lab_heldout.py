@@ -1,0 +1,249 @@
+"""The held-out sample of the lab (``rope_tutor.lab.heldout``) and intervals over seeds and windows
+(``rope_tutor.lab.stats.crossed_difference``).
+
+References: an interval with both sources of noise must reduce to the textbook one-factor
+Student-t interval when either source is absent, and must cover the true mean at about its
+nominal rate when seeds and windows are drawn as crossed random effects (simulated here), where
+the seeds-only interval does not (Clark, 1973).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rope_tutor.lab.data import fixed_target_starts, heldout_windows, slice_windows
+from rope_tutor.lab.evaluate import fixed_target_losses, fixed_target_window_losses
+from rope_tutor.lab.model import ModelConfig, TinyLM
+from rope_tutor.lab.settings import BOOK
+from rope_tutor.lab.stats import crossed_difference, mean_interval, paired_difference
+from rope_tutor.results import RESULTS_DIR
+
+DATA = RESULTS_DIR / "lab"
+BOOK_DIR = Path(__file__).resolve().parents[1] / "book"
+
+
+def test_heldout_windows_share_no_byte_with_the_avoided_windows() -> None:
+    data = torch.arange(5000) % 251
+    avoid = fixed_target_starts(data, 8, 99, seed=1)
+    windows, starts = heldout_windows(data, 20, 99, seed=7, avoid=avoid)
+    assert windows.shape == (20, 100) and windows.dtype == torch.long
+    taken = {i for a in avoid.tolist() for i in range(a, a + 100)}
+    for start, row in zip(starts.tolist(), windows, strict=True):
+        assert not taken & set(range(start, start + 100)), start
+        assert torch.equal(row, data[start : start + 100].long())
+    again, _ = heldout_windows(data, 20, 99, seed=7, avoid=avoid)
+    assert torch.equal(windows, again)  # seeded
+    other, _ = heldout_windows(data, 20, 99, seed=8, avoid=avoid)
+    assert not torch.equal(windows, other)
+
+
+def test_heldout_windows_refuse_when_there_is_no_room() -> None:
+    data = torch.zeros(300, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="num_windows=3"):
+        heldout_windows(data, 3, 99, seed=0, avoid=torch.tensor([0, 100, 180]))
+    with pytest.raises(ValueError, match="shorter"):
+        heldout_windows(data, 3, 400, seed=0, avoid=torch.tensor([], dtype=torch.long))
+
+
+def test_fixed_target_starts_are_those_of_fixed_target_windows() -> None:
+    from rope_tutor.lab.data import fixed_target_windows
+
+    data = torch.arange(3000) % 200
+    starts = fixed_target_starts(data, 5, 64, seed=3)
+    assert torch.equal(slice_windows(data, starts, 65), fixed_target_windows(data, 5, 64, 3))
+
+
+def test_window_losses_average_to_the_fixed_target_losses() -> None:
+    torch.manual_seed(0)
+    model = TinyLM(ModelConfig(encoding="rope", context=16)).eval()
+    windows = torch.randint(0, 256, (6, 65))
+    per_window = fixed_target_window_losses(model, windows, [16, 32, 64], 16)
+    summary = fixed_target_losses(model, windows, [16, 32, 64], 16)
+    for context, losses in per_window.items():
+        assert losses.shape == (6,)
+        assert losses.mean().item() == pytest.approx(summary[context][0], rel=1e-6)
+        standard_error = (losses.std() / math.sqrt(6)).item()
+        assert standard_error == pytest.approx(summary[context][1], rel=1e-6)
+    with pytest.raises(ValueError, match="contexts"):
+        fixed_target_window_losses(model, windows, [8], 16)
+
+
+def test_crossed_interval_is_the_seed_interval_when_every_window_agrees() -> None:
+    seed_effect = np.array([0.10, -0.05, 0.02])
+    a = seed_effect[:, None] + np.zeros((3, 40)) + 1.0
+    b = np.ones((3, 40))
+    crossed = crossed_difference(a, b)
+    seeds_only = paired_difference(a.mean(axis=1), b.mean(axis=1))
+    assert (crossed.mean, crossed.low, crossed.high) == pytest.approx(
+        (seeds_only.mean, seeds_only.low, seeds_only.high), abs=1e-12
+    )
+
+
+def test_crossed_interval_is_the_window_interval_when_every_seed_agrees() -> None:
+    window_effect = np.random.default_rng(0).normal(0.0, 0.3, 50)
+    a = np.tile(window_effect, (3, 1)) + 2.0
+    b = np.full((3, 50), 2.0)
+    crossed = crossed_difference(a, b)
+    windows_only = mean_interval(window_effect)
+    assert (crossed.low, crossed.high) == pytest.approx(
+        (windows_only.low, windows_only.high), abs=1e-12
+    )
+
+
+def test_crossed_interval_covers_under_crossed_random_effects() -> None:
+    """Simulated seeds x windows with a shared window effect: the seeds-only interval, which
+    treats the windows as fixed, misses the true difference far more often than 5 %; the
+    crossed interval covers it at least at about its nominal 95 %."""
+    rng = np.random.default_rng(2027)
+    n_s, n_w, trials = 3, 32, 2000
+    crossed_hits = seeds_only_hits = 0
+    for _ in range(trials):
+        d = (
+            rng.normal(0.0, 0.02, (n_s, 1))  # seed effect
+            + rng.normal(0.0, 0.3, (1, n_w))  # window effect, shared by every seed
+            + rng.normal(0.0, 0.05, (n_s, n_w))  # interaction and noise
+        )
+        crossed_hits += crossed_difference(d, np.zeros_like(d)).holds(0.0)
+        seeds_only_hits += paired_difference(d.mean(axis=1), np.zeros(n_s)).holds(0.0)
+    assert crossed_hits / trials >= 0.93
+    assert seeds_only_hits / trials < 0.6
+
+
+def test_crossed_interval_refuses_bad_input_with_the_value() -> None:
+    with pytest.raises(ValueError, match=r"\(3, 4\) and \(3, 5\)"):
+        crossed_difference(np.zeros((3, 4)), np.zeros((3, 5)))
+    with pytest.raises(ValueError, match="two seeds"):
+        crossed_difference(np.zeros((1, 4)), np.zeros((1, 4)))
+    with pytest.raises(ValueError, match="finite"):
+        crossed_difference(np.full((2, 2), np.nan), np.zeros((2, 2)))
+    with pytest.raises(ValueError, match="confidence"):
+        crossed_difference(np.zeros((2, 2)), np.ones((2, 2)), confidence=1.5)
+
+
+def _saved() -> dict[int, dict]:
+    return {
+        seed: json.loads((DATA / f"seed_{seed}" / "heldout.json").read_text(encoding="utf-8"))
+        for seed in BOOK.seeds
+    }
+
+
+def test_saved_heldout_sample_is_disjoint_and_reproduces_the_book_sample() -> None:
+    summary = json.loads((DATA / "summary.json").read_text(encoding="utf-8"))
+    for seed, run in _saved().items():
+        book, held = run["samples"]["book"], run["samples"]["heldout"]
+        assert (book["seed"], held["seed"]) == (BOOK.eval_seed, BOOK.heldout_seed) == (1234, 2027)
+        assert len(book["starts"]) == BOOK.eval_windows
+        assert len(held["starts"]) == BOOK.heldout_windows
+        span = BOOK.multiples[-1] * BOOK.context + 1
+        taken = np.zeros(BOOK.validation_bytes + span, dtype=bool)
+        for start in book["starts"]:
+            taken[start : start + span] = True
+        assert not any(taken[start : start + span].any() for start in held["starts"])
+        # The book's windows re-scored give the saved means: exactly up to float noise for the
+        # saved checkpoint, within the re-training tolerance for the arms fine-tuned again.
+        assert run["reproduction"]["max_abs_inference"] < 1e-4
+        assert run["reproduction"]["max_abs_finetuned"] < 0.02
+        assert run["reproduction"]["compared"] > 100
+        for arm, by_multiple in summary["language_model"].items():
+            if arm not in run["arms"]:
+                continue
+            for m, entry in by_multiple.items():
+                values = run["arms"][arm]["book"][m]
+                assert len(values) == BOOK.eval_windows
+                assert len(run["arms"][arm]["heldout"][m]) == BOOK.heldout_windows
+                tolerance = 0.02 if arm.startswith(("finetune_", "pi_steps_")) else 1e-4
+                assert sum(values) / len(values) == pytest.approx(
+                    entry["per_seed"][str(seed)], abs=tolerance
+                )
+
+
+def _chapter_claims(name: str) -> list[tuple[str, str, str, int, int]]:
+    """Every ``claim(name, diff(a, b, m[, m_b]), verdict)`` of a chapter's code cells."""
+    notebook = json.loads((BOOK_DIR / name).read_text(encoding="utf-8"))
+    claims = []
+    for cell in notebook["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"])
+        if "claim(" not in source or source.lstrip().startswith("%"):
+            continue
+        for node in ast.walk(ast.parse(source)):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "claim"):
+                continue
+            label, difference, expected = node.args
+            if not (
+                isinstance(difference, ast.Call) and getattr(difference.func, "id", "") == "diff"
+            ):
+                continue
+            args = [ast.literal_eval(arg) for arg in difference.args]
+            m_b = args[3] if len(args) > 3 else args[2]
+            claims.append(
+                (ast.literal_eval(label), ast.literal_eval(expected), args[0], args[1], args[2])
+                + (m_b,)
+            )
+    return claims
+
+
+#: Chapter 12's claims that are not a ``diff(...)`` call: YaRN's temperature rule against none.
+TEMPERATURE_CLAIMS = {
+    f"rule_vs_none_{int(s)}": (f"temperature_{s}_yarn_formula", f"temperature_{s}_1.0", int(s))
+    for s in BOOK.temperature_factors
+}
+
+
+def _fragile_named_by_the_chapter(name: str) -> set[str]:
+    """The names in the chapter's ``FRAGILE = {...}``: verdicts it reports as not kept."""
+    notebook = json.loads((BOOK_DIR / name).read_text(encoding="utf-8"))
+    for cell in notebook["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "code" and "FRAGILE =" in source:
+            for node in ast.walk(ast.parse(source)):
+                if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "FRAGILE":
+                    return set(ast.literal_eval(node.value))
+    raise AssertionError(f"{name} names no FRAGILE set")
+
+
+def test_every_non_tie_verdict_of_chapter_12_keeps_its_sign_on_the_heldout_sample() -> None:
+    """Each verdict chapter 12 asserts as "better" or "worse", re-computed on the held-out
+    windows (seed 2027) of the same three seeds: the mean difference over seeds and windows has
+    the asserted sign, or the chapter names the verdict in ``FRAGILE`` (and reports both numbers)."""
+    name = "12_lab_extending_rope.ipynb"
+    runs = _saved()
+    claims = _chapter_claims(name)
+    notebook = json.loads((BOOK_DIR / name).read_text(encoding="utf-8"))
+    every_name = {
+        node.args[0].value
+        for cell in notebook["cells"]
+        if cell["cell_type"] == "code" and "claim(" in "".join(cell["source"])
+        for node in ast.walk(ast.parse("".join(cell["source"])))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", "") == "claim"
+        and isinstance(node.args[0], ast.Constant)
+    }
+    covered = {c[0] for c in claims} | set(TEMPERATURE_CLAIMS)
+    assert every_name - covered <= {f"rule_vs_best_{int(s)}" for s in BOOK.temperature_factors}
+    specs = [(n, e, a, b, m, m_b) for n, e, a, b, m, m_b in claims] + [
+        (n, "better", a, b, m, m) for n, (a, b, m) in TEMPERATURE_CLAIMS.items()
+    ]
+    flipped, checked = set(), 0
+    for label, expected, a, b, m, m_b in specs:
+        if expected == "tie" or label not in every_name:
+            continue
+        held = [
+            np.mean(runs[s]["arms"][a]["heldout"][str(m)])
+            - np.mean(runs[s]["arms"][b]["heldout"][str(m_b)])
+            for s in BOOK.seeds
+        ]
+        mean = float(np.mean(held))
+        checked += 1
+        if (mean < 0) != (expected == "better"):
+            flipped.add(label)
+    assert checked >= 60
+    assert flipped == _fragile_named_by_the_chapter(name)
