@@ -615,6 +615,7 @@ def test_quick_configuration_runs_every_experiment_and_resumes(tmp_path: Path) -
             "extend_rope.json",
             "yarn_beta.json",
             "heldout.json",
+            "more_methods.json",
             "needle.json",
             "rope.safetensors",
         }
@@ -659,6 +660,7 @@ WRITTEN_BY = {
     "extend_rope.json": "extend",
     "yarn_beta.json": "yarn-beta",
     "heldout.json": "heldout",
+    "more_methods.json": "more-methods",
     "needle.json": "passkey",
     "needle_alibi.json": "needle-arm --encoding alibi",
 }

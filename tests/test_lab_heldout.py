@@ -213,7 +213,7 @@ def _fragile_named_by_the_chapter(name: str) -> set[str]:
 def test_every_non_tie_verdict_of_chapter_12_keeps_its_sign_on_the_heldout_sample() -> None:
     """Each verdict chapter 12 asserts as "better" or "worse", re-computed on the held-out
     windows (seed 2027) of the same three seeds: the mean difference over seeds and windows has
-    the asserted sign, or the chapter names the verdict in ``FRAGILE`` (and reports both numbers)."""
+    the asserted sign, or the chapter names the verdict in ``FRAGILE`` (reporting both numbers)."""
     name = "12_lab_extending_rope.ipynb"
     runs = _saved()
     claims = _chapter_claims(name)
@@ -247,3 +247,35 @@ def test_every_non_tie_verdict_of_chapter_12_keeps_its_sign_on_the_heldout_sampl
             flipped.add(label)
     assert checked >= 60
     assert flipped == _fragile_named_by_the_chapter(name)
+
+
+def test_more_methods_arms_are_what_their_names_say() -> None:
+    from rope_tutor.lab.extend import extension_methods
+    from rope_tutor.lab.more_methods import more_finetune_arms, more_inference_arms
+    from rope_tutor.scaling import rope_parameters
+
+    arms = {(name, tuple(at)): scaling for name, scaling, at in more_inference_arms(BOOK)}
+    T, s = BOOK.context, BOOK.extend_factor
+    llama3 = arms[("rope+llama3", tuple(BOOK.multiples))]
+    assert llama3 == {
+        "rope_type": "llama3",
+        "factor": s,
+        "original_max_position_embeddings": T,
+        "low_freq_factor": 1.0,  # Llama 3.1's released values
+        "high_freq_factor": 4.0,
+    }
+    # The temperature alone: RoPE's own frequencies, cos and sin times 0.1 ln s + 1 (YaRN, eq. 21).
+    head_dim = TinyLM(ModelConfig(encoding="rope")).head_dim
+    plain, one = rope_parameters(head_dim, 10000.0)
+    hot, factor = rope_parameters(
+        head_dim, 10000.0, arms[("rope+temperature", tuple(BOOK.multiples))]
+    )
+    assert torch.equal(hot, plain) and one == 1.0
+    assert factor == pytest.approx(0.1 * math.log(s) + 1, rel=1e-12)
+    for m in BOOK.multiples[1:]:
+        matched = arms[("matched_yarn_fast4", (m,))]
+        assert (matched["factor"], matched["beta_fast"], matched["beta_slow"]) == (m, 4.0, 1.0)
+    tunes = more_finetune_arms(BOOK)
+    yarn = extension_methods(BOOK)["yarn_paper_beta"]
+    assert tunes["finetune_yarn_2t"] == (yarn, 2 * T)
+    assert tunes["finetune_yarn_fast4"] == ({**yarn, "beta_fast": 4.0}, int(s * T))

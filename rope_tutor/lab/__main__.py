@@ -1,13 +1,14 @@
 """Command line of the lab: ``python -m rope_tutor.lab all`` reproduces chapters 11-13.
 
 ``all`` runs, for each training seed (``--seeds``, default ``LabSettings.seeds``) into
-``<out>/seed_<n>/``, the steps ``train-short-test-long``, ``extend``, ``yarn-beta``, ``heldout``
-and ``passkey`` (modules ``short_long``, ``extend``, ``yarn_beta``, ``heldout``, ``passkey``;
-``passkey`` also trains the encodings of ``passkey.OTHER_ENCODINGS`` at the seeds of
-``other_needle_seeds``), then writes ``<out>/summary.json`` (module ``summary``). Each step
-shows progress bars and is skipped when its files are already there with the same settings, seed
-and corpus: an interrupted run resumes where it stopped. A step named alone runs for every seed
-of ``--seeds``; ``extend``, ``yarn-beta`` and ``heldout`` reuse the seed's RoPE checkpoint of
+``<out>/seed_<n>/``, the steps ``train-short-test-long``, ``extend``, ``yarn-beta``, ``heldout``,
+``more-methods`` and ``passkey`` (modules ``short_long``, ``extend``, ``yarn_beta``, ``heldout``,
+``more_methods``, ``passkey``; ``passkey`` also trains the encodings of
+``passkey.OTHER_ENCODINGS`` at the seeds of ``other_needle_seeds``), then writes
+``<out>/summary.json`` (module ``summary``). Each step shows progress bars and is skipped when its
+files are already there with the same settings, seed and corpus: an interrupted run resumes where
+it stopped. A step named alone runs for every seed of ``--seeds``; ``extend``, ``yarn-beta``,
+``heldout`` and ``more-methods`` reuse the seed's RoPE checkpoint of
 ``train-short-test-long`` when present. ``arm --encoding rope`` re-trains and evaluates one arm
 of ``train-short-test-long`` into ``<out>/seed_<n>/arm_<encoding>.json`` (what
 ``tests/test_lab.py`` compares with the saved numbers); ``needle-arm --encoding alibi`` trains
@@ -30,6 +31,7 @@ from rope_tutor.lab.data import Corpus
 from rope_tutor.lab.extend import extend_rope
 from rope_tutor.lab.heldout import heldout
 from rope_tutor.lab.model import ENCODINGS
+from rope_tutor.lab.more_methods import more_methods
 from rope_tutor.lab.passkey import OTHER_ENCODINGS, find_the_needle, needle_arm
 from rope_tutor.lab.records import seed_folder
 from rope_tutor.lab.settings import BOOK, DEFAULT_OUT_DIR, QUICK, LabSettings, load_corpus_for
@@ -44,6 +46,7 @@ COMMANDS = (
     "extend",
     "yarn-beta",
     "heldout",
+    "more-methods",
     "passkey",
     "arm",
     "needle-arm",
@@ -55,6 +58,7 @@ STEPS: dict[str, tuple[str, ...]] = {
     "extend": ("extend_rope.json",),
     "yarn-beta": ("yarn_beta.json",),
     "heldout": ("heldout.json",),
+    "more-methods": ("more_methods.json",),
     "passkey": ("needle.json",),
 }
 
@@ -107,6 +111,8 @@ def _run_step(
         yarn_beta(settings, corpus, folder, progress=progress)
     elif step == "heldout":
         heldout(settings, corpus, folder, progress=progress)
+    elif step == "more-methods":
+        more_methods(settings, corpus, folder, progress=progress)
     elif step == "passkey":
         find_the_needle(settings, folder, progress=progress)
     else:  # "needle-arm:<encoding>"

@@ -43,7 +43,7 @@ from rope_tutor.lab.summary import language_model_arms
 from rope_tutor.lab.train import fit
 from rope_tutor.lab.yarn_beta import MATCHED_METHODS, beta_arms, matched_scaling
 
-__all__ = ["SAMPLES", "heldout", "inference_arms"]
+__all__ = ["SAMPLES", "evaluation_samples", "heldout", "inference_arms", "score_samples"]
 
 #: The two samples of text every arm is scored on.
 SAMPLES = ("book", "heldout")
@@ -78,11 +78,28 @@ def inference_arms(settings: LabSettings) -> list[Arm]:
     return arms
 
 
-def _score(
+def evaluation_samples(
+    settings: LabSettings, corpus: Corpus
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The book's windows followed by the held-out ones, as int64 ``(eval_windows +
+    heldout_windows, multiples[-1] * context + 1)``, and the start offsets of each sample."""
+    length = settings.multiples[-1] * settings.context
+    book_starts = fixed_target_starts(
+        corpus.validation, settings.eval_windows, length, settings.eval_seed
+    )
+    held, held_starts = heldout_windows(
+        corpus.validation, settings.heldout_windows, length, settings.heldout_seed, book_starts
+    )
+    windows = torch.cat([slice_windows(corpus.validation, book_starts, length + 1), held])
+    return windows, book_starts, held_starts
+
+
+def score_samples(
     model: torch.nn.Module, windows: torch.Tensor, split: int, multiples: list[int], window: int
 ) -> dict[str, dict[str, list[float]]]:
     """Per-window fixed-target losses at each multiple, split into the two samples: the first
-    ``split`` windows are the book's, the rest held out."""
+    ``split`` windows are the book's, the rest held out (``evaluation_samples``). Returns
+    ``{"book": {multiple: [loss per window]}, "heldout": {...}}``, rounded to 5 decimals."""
     contexts = [m * window for m in multiples]
     losses = fixed_target_window_losses(model, windows, contexts, window)
     out: dict[str, dict[str, list[float]]] = {sample: {} for sample in SAMPLES}
@@ -139,14 +156,7 @@ def heldout(
     """Every arm of steps 2 and 2b scored per window on the book's and a held-out sample.
     Writes ``heldout.json``."""
     window, multiples = settings.context, list(settings.multiples)
-    length = multiples[-1] * window
-    book_starts = fixed_target_starts(
-        corpus.validation, settings.eval_windows, length, settings.eval_seed
-    )
-    held, held_starts = heldout_windows(
-        corpus.validation, settings.heldout_windows, length, settings.heldout_seed, book_starts
-    )
-    windows = torch.cat([slice_windows(corpus.validation, book_starts, length + 1), held])
+    windows, book_starts, held_starts = evaluation_samples(settings, corpus)
     split = len(book_starts)
 
     base: TinyLM = rope_checkpoint(settings, corpus, out_dir, progress=progress)
@@ -155,7 +165,7 @@ def heldout(
         inference_arms(settings), desc="held-out: inference", disable=not progress
     ):
         base.set_rope_scaling(scaling)
-        _merge(arms, name, _score(base, windows, split, at, window))
+        _merge(arms, name, score_samples(base, windows, split, at, window))
     base.set_rope_scaling(None)
 
     tune_length = int(settings.extend_factor * window)
@@ -169,11 +179,15 @@ def heldout(
             description=f"held-out: {name}",
             progress=progress,
         )
-        _merge(arms, name, _score(fitted.model, windows, split, multiples, window))
+        _merge(arms, name, score_samples(fitted.model, windows, split, multiples, window))
 
     def checkpoint(steps_done: int, tuned: torch.nn.Module) -> None:
         if steps_done in settings.pi_curve_steps:
-            _merge(arms, f"pi_steps_{steps_done}", _score(tuned, windows, split, multiples, window))
+            _merge(
+                arms,
+                f"pi_steps_{steps_done}",
+                score_samples(tuned, windows, split, multiples, window),
+            )
 
     fit(
         base,

@@ -7,7 +7,7 @@ writes one table:
 - ``language_model``: each arm's fixed-target loss (nats/byte) at each multiple of T, per seed,
   with the mean and its 95% Student-t interval (``rope_tutor.lab.stats``); arms are the
   encodings of step 1, ``rope+<method>`` (step 2 at inference), ``finetune_<method>`` and
-  ``rope+yarn_beta_<arm>`` (step 2b);
+  ``rope+yarn_beta_<arm>`` (step 2b) and step 2d's arms (``more_methods``);
 - ``needle``: each retrieval arm's exact match at each multiple, likewise, with ``in_window``;
 - ``versus_rope``: every arm minus plain RoPE of the same seed (paired), its interval and
   ``verdict`` ("better", "worse" or "tie", for loss lower is better, for exact match higher).
@@ -43,7 +43,8 @@ def _read(out_dir: Path, seed: int, name: str) -> dict[str, Any] | None:
 
 def language_model_arms(result: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
     """``{arm: {multiple: fixed-target mean}}`` of one seed, from ``{file name: result}``
-    (``train_short_test_long.json``, ``extend_rope.json``, ``yarn_beta.json``, those present).
+    (``train_short_test_long.json``, ``extend_rope.json``, ``yarn_beta.json``,
+    ``more_methods.json``, those present).
     Lengths a model cannot run (``None``) are left out."""
     arms: dict[str, dict[str, float]] = {}
 
@@ -66,6 +67,9 @@ def language_model_arms(result: dict[str, dict[str, Any]]) -> dict[str, dict[str
             add(f"rope+yarn_beta_{name}", arm["fixed_target"])
         for method, by_multiple in data["matched"].items():
             arms[f"matched_{method}"] = {m: v["mean"] for m, v in by_multiple.items()}
+    if "more_methods.json" in result:  # per-window losses: the mean over the book's windows
+        for name, arm in result["more_methods.json"]["arms"].items():
+            arms[name] = {m: round(sum(v) / len(v), 5) for m, v in arm["book"].items()}
     return arms
 
 
