@@ -116,6 +116,16 @@ def test_crossed_interval_covers_under_crossed_random_effects() -> None:
     assert seeds_only_hits / trials < 0.6
 
 
+def test_crossed_interval_is_never_narrower_than_the_seeds_alone() -> None:
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        d = rng.normal(0.0, 0.05, (3, 1)) + rng.normal(0.0, 0.05, (3, 32))
+        crossed = crossed_difference(d, np.zeros_like(d))
+        seeds_only = paired_difference(d.mean(axis=1), np.zeros(3))
+        assert crossed.mean == pytest.approx(seeds_only.mean, abs=1e-12)
+        assert crossed.high - crossed.mean >= seeds_only.high - seeds_only.mean - 1e-12
+
+
 def test_crossed_interval_refuses_bad_input_with_the_value() -> None:
     with pytest.raises(ValueError, match=r"\(3, 4\) and \(3, 5\)"):
         crossed_difference(np.zeros((3, 4)), np.zeros((3, 5)))

@@ -120,11 +120,13 @@ def crossed_difference(
         Var(d) ~= (MS_seeds + MS_windows) / (n_s * n_w),
 
     which over-estimates the variance of d under crossed random effects of seed and window (it
-    keeps the residual term once more), so the interval errs wide. The half-width is
-    t_nu * sqrt(Var) with nu from Welch-Satterthwaite. With one term negligible it falls back to
-    the other's interval: ``paired_difference`` of the seed means (``n_s - 1`` degrees of
-    freedom) or the windows' paired interval. Clark, "The language-as-fixed-effect fallacy"
-    (1973). ``Interval.n`` is ``n_s * n_w``.
+    keeps the residual term once more). The half-width is t_nu * sqrt(Var) with nu from
+    Welch-Satterthwaite, but never less than that of the seeds alone (``paired_difference`` of
+    the seed means, t with ``n_s - 1`` degrees of freedom): nu is estimated from a mean square
+    with as few as two degrees of freedom and can come out far too large, which would let an
+    interval that counts more noise be narrower. With one term negligible it is the other's
+    interval: the seeds' or the windows' paired interval. Clark, "The language-as-fixed-effect
+    fallacy" (1973). ``Interval.n`` is ``n_s * n_w``.
 
     Raises ``ValueError`` when the shapes differ, there are fewer than two seeds or windows, a
     value is not finite, or ``confidence`` is outside (0, 1).
@@ -146,10 +148,12 @@ def crossed_difference(
     ms_seeds = n_w * float(((d.mean(axis=1) - grand) ** 2).sum()) / (n_s - 1)
     ms_windows = n_s * float(((d.mean(axis=0) - grand) ** 2).sum()) / (n_w - 1)
     total = ms_seeds + ms_windows
+    seeds_only = mean_interval(d.mean(axis=1), confidence)  # what paired_difference gives
     if total == 0.0:
         return Interval(grand, grand, grand, n_s * n_w, confidence)
     nu = total**2 / (ms_seeds**2 / (n_s - 1) + ms_windows**2 / (n_w - 1))
     half = float(scipy_stats.t.ppf(0.5 + confidence / 2, df=nu)) * math.sqrt(total / (n_s * n_w))
+    half = max(half, seeds_only.high - grand)  # never narrower than the seeds alone
     return Interval(grand, grand - half, grand + half, n_s * n_w, confidence)
 
 
