@@ -43,7 +43,14 @@ from rope_tutor.lab.summary import language_model_arms
 from rope_tutor.lab.train import fit
 from rope_tutor.lab.yarn_beta import MATCHED_METHODS, beta_arms, matched_scaling
 
-__all__ = ["SAMPLES", "evaluation_samples", "heldout", "inference_arms", "score_samples"]
+__all__ = [
+    "SAMPLES",
+    "evaluation_samples",
+    "heldout",
+    "inference_arms",
+    "samples_record",
+    "score_samples",
+]
 
 #: The two samples of text every arm is scored on.
 SAMPLES = ("book", "heldout")
@@ -92,6 +99,34 @@ def evaluation_samples(
     )
     windows = torch.cat([slice_windows(corpus.validation, book_starts, length + 1), held])
     return windows, book_starts, held_starts
+
+
+def samples_record(
+    settings: LabSettings,
+    corpus: Corpus,
+    command: str,
+    book_starts: torch.Tensor,
+    held_starts: torch.Tensor,
+) -> dict[str, Any]:
+    """The ``provenance`` and ``samples`` entries of a file scored on ``evaluation_samples``:
+    the run's provenance (``command``, seeds, steps, fine-tuning, both evaluation seeds) and the
+    start offsets of each sample's windows."""
+    return {
+        "provenance": provenance(
+            settings,
+            corpus,
+            command,
+            seed=settings.pretrain.seed,
+            steps=settings.pretrain.steps,
+            finetune=settings.finetune.to_dict(),
+            eval_seed=settings.eval_seed,
+            heldout_seed=settings.heldout_seed,
+        ),
+        "samples": {
+            "book": {"seed": settings.eval_seed, "starts": book_starts.tolist()},
+            "heldout": {"seed": settings.heldout_seed, "starts": held_starts.tolist()},
+        },
+    }
 
 
 def score_samples(
@@ -211,20 +246,7 @@ def heldout(
             f"{settings.heldout_seed}, sharing no byte with the book's windows",
             "finetuned": "fine-tuned again, as step 2 (same seeds, batches and steps)",
         },
-        "provenance": provenance(
-            settings,
-            corpus,
-            "heldout",
-            seed=settings.pretrain.seed,
-            steps=settings.pretrain.steps,
-            finetune=settings.finetune.to_dict(),
-            eval_seed=settings.eval_seed,
-            heldout_seed=settings.heldout_seed,
-        ),
-        "samples": {
-            "book": {"seed": settings.eval_seed, "starts": book_starts.tolist()},
-            "heldout": {"seed": settings.heldout_seed, "starts": held_starts.tolist()},
-        },
+        **samples_record(settings, corpus, "heldout", book_starts, held_starts),
         "reproduction": _reproduction(arms, _saved_means(out_dir)),
         "arms": arms,
     }

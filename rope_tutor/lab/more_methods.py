@@ -28,8 +28,8 @@ from tqdm import tqdm
 
 from rope_tutor.lab.data import Corpus
 from rope_tutor.lab.extend import extension_methods, rope_checkpoint
-from rope_tutor.lab.heldout import SAMPLES, evaluation_samples, score_samples
-from rope_tutor.lab.records import provenance, write_result
+from rope_tutor.lab.heldout import SAMPLES, evaluation_samples, samples_record, score_samples
+from rope_tutor.lab.records import write_result
 from rope_tutor.lab.settings import LabSettings
 from rope_tutor.lab.short_long import language_model_batches
 from rope_tutor.lab.train import fit
@@ -125,20 +125,7 @@ def more_methods(
             "finetune": f"{settings.finetune.steps} steps, batch {settings.finetune.batch_size}, "
             f"peak lr {settings.finetune.lr}, at each arm's finetune_length",
         },
-        "provenance": provenance(
-            settings,
-            corpus,
-            "more-methods",
-            seed=settings.pretrain.seed,
-            steps=settings.pretrain.steps,
-            finetune=settings.finetune.to_dict(),
-            eval_seed=settings.eval_seed,
-            heldout_seed=settings.heldout_seed,
-        ),
-        "samples": {
-            "book": {"seed": settings.eval_seed, "starts": book_starts.tolist()},
-            "heldout": {"seed": settings.heldout_seed, "starts": held_starts.tolist()},
-        },
+        **samples_record(settings, corpus, "more-methods", book_starts, held_starts),
         "arms": arms,
     }
     write_result(out_dir / "more_methods.json", payload)
