@@ -209,21 +209,21 @@ TEMPERATURE_CLAIMS = {
 
 
 def _fragile_named_by_the_chapter(name: str) -> set[str]:
-    """The names in the chapter's ``FRAGILE = {...}``: verdicts it reports as not kept."""
+    """The names in the chapter's ``FLIPPED = {...}``: verdicts it reports as not kept."""
     notebook = json.loads((BOOK_DIR / name).read_text(encoding="utf-8"))
     for cell in notebook["cells"]:
         source = "".join(cell["source"])
-        if cell["cell_type"] == "code" and "FRAGILE =" in source:
+        if cell["cell_type"] == "code" and "FLIPPED =" in source:
             for node in ast.walk(ast.parse(source)):
-                if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "FRAGILE":
+                if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "FLIPPED":
                     return set(ast.literal_eval(node.value))
-    raise AssertionError(f"{name} names no FRAGILE set")
+    raise AssertionError(f"{name} names no FLIPPED set")
 
 
 def test_every_non_tie_verdict_of_chapter_12_keeps_its_sign_on_the_heldout_sample() -> None:
     """Each verdict chapter 12 asserts as "better" or "worse", re-computed on the held-out
     windows (seed 2027) of the same three seeds: the mean difference over seeds and windows has
-    the asserted sign, or the chapter names the verdict in ``FRAGILE`` (reporting both numbers)."""
+    the asserted sign, or the chapter names the verdict in ``FLIPPED`` (reporting both numbers)."""
     name = "12_lab_extending_rope.ipynb"
     held, more = _saved(), _saved("more_methods.json")
     runs = {s: {"arms": {**more[s]["arms"], **held[s]["arms"]}} for s in BOOK.seeds}
