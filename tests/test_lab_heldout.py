@@ -156,10 +156,10 @@ def test_saved_heldout_sample_is_disjoint_and_reproduces_the_book_sample() -> No
         for start in book["starts"]:
             taken[start : start + span] = True
         assert not any(taken[start : start + span].any() for start in held["starts"])
-        # The book's windows re-scored give the saved means: exactly up to float noise for the
-        # saved checkpoint, within the re-training tolerance for the arms fine-tuned again.
+        # The book's windows re-scored give the saved means within 1e-4 nats, the arms fine-tuned
+        # again included (the saved run reproduced them to 6e-6 on another CPU).
         assert run["reproduction"]["max_abs_inference"] < 1e-4
-        assert run["reproduction"]["max_abs_finetuned"] < 0.02
+        assert run["reproduction"]["max_abs_finetuned"] < 1e-4
         assert run["reproduction"]["compared"] > 100
         for arm, by_multiple in summary["language_model"].items():
             if arm not in run["arms"]:
@@ -168,9 +168,8 @@ def test_saved_heldout_sample_is_disjoint_and_reproduces_the_book_sample() -> No
                 values = run["arms"][arm]["book"][m]
                 assert len(values) == BOOK.eval_windows
                 assert len(run["arms"][arm]["heldout"][m]) == BOOK.heldout_windows
-                tolerance = 0.02 if arm.startswith(("finetune_", "pi_steps_")) else 1e-4
                 assert sum(values) / len(values) == pytest.approx(
-                    entry["per_seed"][str(seed)], abs=tolerance
+                    entry["per_seed"][str(seed)], abs=1e-4
                 )
 
 

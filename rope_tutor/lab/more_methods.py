@@ -13,8 +13,9 @@ held-out ones), ``more_methods`` adds:
   it is scored at, beside step 2b's ``matched_yarn`` (the paper's beta);
 - ``finetune_yarn_fast4``: step 2's short fine-tune at s T with YaRN beta = (4, 1) in place;
 - ``finetune_yarn_2t``: the same fine-tune with YaRN (paper's beta, s = ``extend_factor``) on
-  windows of only 2 T bytes, scored up to 16 T: "train short, test long" after extension, as
-  YaRN's models were fine-tuned at 64k and evaluated at 128k (Peng et al., 2023).
+  windows of only 2 T bytes, scored up to 16 T: "train short, test long" after extension, the
+  ability to extrapolate beyond the fine-tuning data's context that Peng et al. (2023) claim
+  for YaRN.
 
 It writes ``more_methods.json``; ``summary.json`` takes each arm's mean on the book's windows.
 """
