@@ -7,8 +7,9 @@
 # running `.ci/real_gpu.sh stash` (which copies the part to /tmp/real-parts) and the third
 # `.ci/real_gpu.sh run OUT_DIR`: it reassembles the file, checks its SHA-256 against the
 # package's, installs what is missing into /tmp/site and runs
-# `python -m rope_tutor.real trials sliding long --out OUT_DIR` within REAL_GPU_SECONDS (500).
-# Every pass is saved as it finishes, so what a cut-short run did comes back and resumes later.
+# `python -m rope_tutor.real $REAL_GPU_STEPS --out OUT_DIR` (default steps: sliding long) within
+# REAL_GPU_SECONDS (500). OUT_DIR starts as a copy of the saved results, so finished passes are
+# skipped; every pass is saved as it finishes, so what a cut-short run did comes back and resumes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 parts=/tmp/real-parts
@@ -38,11 +39,15 @@ case "${1:-}" in
     if [ ${#need[@]} -gt 0 ]; then
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" "${need[@]}"
     fi
+    mkdir -p "$out"
+    cp rope_tutor/results/real/*.json "$out"/
+    export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
     export PYTHONPATH="$site:$PWD" PYTHONUNBUFFERED=1 ROPE_TUTOR_CODE_COMMIT="$(head -1 .gpu/COMMIT 2>/dev/null || echo unknown)"
     python3 -c "import importlib.metadata as m, torch; print({p: m.version(p) for p in ('torch', 'transformers', 'tokenizers', 'gguf', 'sympy', 'numpy')}, torch.cuda.is_available() and torch.cuda.get_device_name())" || true
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-    timeout "${REAL_GPU_SECONDS:-500}" python3 -m rope_tutor.real trials sliding long --out "$out" \
-      --threads "$(nproc)" --no-progress || echo "rope_tutor.real stopped with status $?"
+    # shellcheck disable=SC2086  # the steps are words
+    timeout "${REAL_GPU_SECONDS:-500}" python3 -m rope_tutor.real ${REAL_GPU_STEPS:-sliding long} --out "$out" \
+      --threads "$(nproc)" --no-progress 2>&1 | tee "$out/run.log" || echo "rope_tutor.real stopped with status $?"
     ;;
   *) echo "usage: .ci/real_gpu.sh stash | run OUT_DIR"; exit 2 ;;
 esac

@@ -13,10 +13,13 @@ stops resumes where it stopped: finished passes are kept in the output files.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -29,6 +32,9 @@ from rope_tutor.real.experiments import (
     QUICK,
     QUICK_LONG,
     QUICK_TRIALS,
+    TEXT_SLIDING,
+    RealSettings,
+    TrialSettings,
     run_long,
     run_loss,
     run_memory,
@@ -36,8 +42,9 @@ from rope_tutor.real.experiments import (
     run_sliding,
     run_text_loss,
     run_trials,
+    text_settings,
 )
-from rope_tutor.real.model import load
+from rope_tutor.real.model import load, repeated_kv_attention
 from rope_tutor.results import RESULTS_DIR
 
 COMMANDS = ("all", "loss", "texts", "memory", "reach", "trials", "sliding", "long")
@@ -74,6 +81,23 @@ def main(argv: list[str] | None = None) -> None:
     def progress(name: str):
         return lambda items: tqdm(list(items), desc=name, unit="pass", disable=args.no_progress)
 
+    # on a GPU, float32 attention over grouped-query heads would take PyTorch's reference kernel
+    # and its (heads, n, n) weights: repeat the key-value heads so that a fused kernel takes it
+    with repeated_kv_attention() if device == "cuda" else contextlib.nullcontext():
+        run(args, model, tokenizer, settings, trials, out_dir, progress)
+    print(f"done in {time.perf_counter() - started:.0f} s; results in {out_dir}")
+
+
+def run(
+    args: argparse.Namespace,
+    model: Any,
+    tokenizer: Any,
+    settings: RealSettings,
+    trials: TrialSettings,
+    out_dir: Path,
+    progress: Callable[[str], Callable[[Iterable[Any]], Iterable[Any]]],
+) -> None:
+    """The steps named in ``args.commands``, in the order of ``COMMANDS`` (``memory`` first)."""
     if {"all", "memory"} & set(args.commands):  # first: its baseline is the freshly loaded model
         lengths = (QUICK.window,) if args.quick else None
         kwargs = {"lengths": lengths} if lengths else {}
@@ -92,10 +116,16 @@ def main(argv: list[str] | None = None) -> None:
     if {"all", "sliding"} & set(args.commands):
         out = out_dir / "sliding.json"
         run_sliding(model, tokenizer, settings, trials, out, progress("sliding"))
+        text_trials = QUICK_TRIALS if args.quick else TEXT_SLIDING
+        for text in OTHER_TEXTS:
+            out = out_dir / f"sliding_{text}.json"
+            name = f"sliding, {text}"
+            run_sliding(
+                model, tokenizer, text_settings(settings, text), text_trials, out, progress(name)
+            )
     if "long" in args.commands:
         long = QUICK_LONG if args.quick else LONG
         run_long(model, tokenizer, out_dir, long, trials, progress)
-    print(f"done in {time.perf_counter() - started:.0f} s; results in {out_dir}")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,8 @@ the next call with the same settings skips them.
   sliding window, as in YaRN's ``eval/perplexity.py``): windows of W tokens step through the text
   by ``stride`` tokens, and each window scores only the tokens the previous one did not (the first
   scores all), so that every token of the text is scored once, most with W - stride or more
-  tokens of context. For W = L, 1.5 L and 2 L, each method at factor W / L.
+  tokens of context. For W = L, 1.5 L and 2 L, each method at factor W / L; then, on each of
+  the other texts (``sliding_<text>.json``), W = L and 2 L for the methods of ``TEXT_SLIDING``.
 * ``long``: the same measurements at 4 L (``LONG``), sized for a GPU: the loss step and the texts
   step at s = 4, the trials at 4 L, and sliding-window perplexity with W = 4 L.
 """
@@ -52,7 +53,14 @@ from typing import Any
 import torch
 
 from rope_tutor import __version__, _checks
-from rope_tutor.real.model import gguf_path, sha256, token_nll, use_rope, window
+from rope_tutor.real.model import (
+    gguf_path,
+    kv_heads_repeated,
+    sha256,
+    token_nll,
+    use_rope,
+    window,
+)
 from rope_tutor.real.probes import build_prompt, score_prompt
 from rope_tutor.real.texts import read_text
 from rope_tutor.runtime import cpu_model
@@ -65,6 +73,7 @@ __all__ = [
     "QUICK_LONG",
     "QUICK_TRIALS",
     "OTHER_TEXTS",
+    "TEXT_SLIDING",
     "RealSettings",
     "TrialSettings",
     "run_long",
@@ -157,6 +166,15 @@ QUICK_TRIALS = TrialSettings(
     sliding_multiples=(1.0, 2.0),
     sliding_methods=("none", "yarn"),
 )
+#: The ``sliding`` step's sizes on the other texts (``OTHER_TEXTS``): the unscaled model at L
+#: and 2 L, and at 2 L the methods that rank best on the first text, plus YaRN without its
+#: temperature.
+TEXT_SLIDING = replace(
+    BOOK_TRIALS,
+    name="book-texts",
+    sliding_multiples=(1.0, 2.0),
+    sliding_methods=("none", "ntk", "yarn", "yarn_no_temperature", "llama3"),
+)
 #: The ``long`` step's sizes: 4 L for the loss, the texts, the trials and the sliding windows.
 LONG = replace(BOOK, name="book-long", multiples=(4.0,), reach_multiple=4.0, reach_in_window=())
 QUICK_LONG = replace(
@@ -221,6 +239,7 @@ def provenance(settings: RealSettings, command: str, **extra: Any) -> dict[str, 
         "python": sys.version.split()[0],
         "device": torch.cuda.get_device_name() if device == "cuda" else cpu_model(),
         "threads": torch.get_num_threads(),
+        "kv_heads_repeated": kv_heads_repeated(),
         "model_file": path.name,
         "model_sha256": sha256(path),
         "settings": {k: v for k, v in asdict(settings).items() if k != "extra"},
@@ -326,6 +345,8 @@ def run_loss(
             raise ValueError(f"the text has {ids.numel()} tokens, fewer than length={length}")
         start = time.perf_counter()
         before = peak_rss_mib(reset=True)
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
         use_rope(model, scaling_for(method, factor, L))
         nll = token_nll(model, ids[:length])
         peak = peak_rss_mib()
@@ -341,6 +362,8 @@ def run_loss(
         entry["wall_s"] = round(time.perf_counter() - start, 1)
         entry["threads"] = torch.get_num_threads()
         entry["rss_before_mib"], entry["peak_rss_mib"] = round(before, 1), round(peak, 1)
+        if torch.cuda.is_available():
+            entry["peak_cuda_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
         _keep(out, result, "passes", key, entry)
     return result
 

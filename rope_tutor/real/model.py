@@ -15,10 +15,11 @@ rotary module for the same mathematics, the independent reference the tests comp
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,9 @@ __all__ = [
     "gguf_path",
     "gguf_tensor",
     "gguf_tensors",
+    "kv_heads_repeated",
     "load",
+    "repeated_kv_attention",
     "sha256",
     "token_nll",
     "transformers_rope",
@@ -149,6 +152,40 @@ def load(dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu")
         hf_logging.set_verbosity(verbosity)
         hf_logging.enable_progress_bar()
     return model.to(device).eval(), tokenizer
+
+
+@contextlib.contextmanager
+def repeated_kv_attention() -> Iterator[None]:
+    """Within the block, transformers' SDPA attention repeats the keys and values for every query
+    head (``repeat_kv``) instead of passing ``enable_gqa=True`` to PyTorch.
+
+    Why: in float32 on a GPU no fused kernel of PyTorch takes grouped-query heads, so with
+    ``enable_gqa=True`` PyTorch runs its reference kernel, which builds each layer's full
+    ``(heads, n, n)`` matrix of attention weights: 36 GiB at n = 32,768 for SmolLM2's 9 heads,
+    more than an 80 GB GPU can hold beside the rest (measured on an H100). With the keys and values
+    repeated, the memory-efficient kernel takes float32 and its memory grows linearly with n. The
+    arithmetic is the same (each query head attends to its group's key head either way); only
+    the kernel and its rounding change. The tests check that the losses agree on the CPU.
+    """
+    from transformers.integrations import sdpa_attention
+
+    def never(*args: Any, **kwargs: Any) -> bool:
+        return False
+
+    never.rope_tutor_repeated_kv = True  # read by ``kv_heads_repeated``
+    original = sdpa_attention.use_gqa_in_sdpa
+    sdpa_attention.use_gqa_in_sdpa = never
+    try:
+        yield
+    finally:
+        sdpa_attention.use_gqa_in_sdpa = original
+
+
+def kv_heads_repeated() -> bool:
+    """Whether ``repeated_kv_attention`` is in force (recorded in the results' provenance)."""
+    from transformers.integrations import sdpa_attention
+
+    return getattr(sdpa_attention.use_gqa_in_sdpa, "rope_tutor_repeated_kv", False)
 
 
 def window(model: Any) -> int:
