@@ -463,10 +463,13 @@ def _saved(name: str) -> tuple[dict[str, Any], RealSettings]:
         pytest.fail(f"{path} is missing: run `python -m rope_tutor.real all` (see README)")
     saved = json.loads(path.read_text(encoding="utf-8"))
     name_of_settings = saved["provenance"]["settings"]["name"]
-    base, _, text = name_of_settings.partition("-")  # "book" or "book-<text>" (the texts step)
+    # "book", "book-long" (the long step), each optionally followed by "-<text>"
+    base = "book-long" if name_of_settings.startswith("book-long") else name_of_settings
+    base = base if base == "book-long" else base.partition("-")[0]
+    text = name_of_settings[len(base) + 1 :]
     if RESULTS_VARIABLE not in os.environ:
-        assert base == "book", "the shipped results must be the book's configuration"
-    settings = {"book": BOOK, "quick": QUICK}[base]
+        assert base in ("book", "book-long"), "the shipped results must be the book's configuration"
+    settings = {"book": BOOK, "book-long": experiments.LONG, "quick": QUICK}[base]
     if text:
         settings = experiments.text_settings(settings, text)
     expected = {k: v for k, v in asdict(settings).items() if k != "extra"}
@@ -488,6 +491,14 @@ def _check_provenance(provenance: dict[str, Any], entries: dict[str, Any]) -> No
 
 
 TEXT_FILES = [f"loss_{text}.json" for text in experiments.OTHER_TEXTS]
+#: The GPU runs of the long step (4 L) and of the sliding step on the other texts.
+LONG_FILES = [
+    "loss_long.json",
+    *(f"loss_long_{text}.json" for text in experiments.OTHER_TEXTS),
+    "sliding_long.json",
+    "trials_long.json",
+]
+SLIDING_TEXT_FILES = [f"sliding_{text}.json" for text in experiments.OTHER_TEXTS]
 
 
 @pytest.mark.parametrize(
@@ -499,23 +510,29 @@ TEXT_FILES = [f"loss_{text}.json" for text in experiments.OTHER_TEXTS]
         "reach.json",
         "trials.json",
         "sliding.json",
+        *LONG_FILES,
+        *SLIDING_TEXT_FILES,
     ],
 )
 def test_saved_results_carry_their_provenance(name) -> None:
     saved, settings = _saved(name)
     entries = saved.get("passes") or saved.get("cells") or saved["sweeps"]
     _check_provenance(saved["provenance"], entries)
-    if name == "trials.json" or name == "sliding.json":
-        assert saved["provenance"]["trial_settings"] == as_json(asdict(experiments.BOOK_TRIALS))
-    if name not in ("reach.json", "trials.json"):
+    if name.startswith(("trials", "sliding")):
+        trials = experiments.TEXT_SLIDING if name in SLIDING_TEXT_FILES else experiments.BOOK_TRIALS
+        assert saved["provenance"]["trial_settings"] == as_json(asdict(trials))
+    if not name.startswith(("reach", "trials")):
         _, text_provenance = texts.read_text(settings.text)
         assert saved["provenance"]["text"] == text_provenance
     if name.startswith("loss"):
-        assert saved["provenance"]["text_tokens"] >= 2 * WINDOW
+        assert saved["provenance"]["text_tokens"] >= max(settings.multiples) * WINDOW
+    if name in LONG_FILES or name in SLIDING_TEXT_FILES:  # GPU runs, with a fused kernel
+        assert saved["provenance"]["kv_heads_repeated"] is True
 
 
-def test_saved_loss_has_every_pass_with_its_bins() -> None:
-    saved, settings = _saved("loss_vs_position.json")
+@pytest.mark.parametrize("name", ["loss_vs_position.json", "loss_long.json"])
+def test_saved_loss_has_every_pass_with_its_bins(name) -> None:
+    saved, settings = _saved(name)
     window = saved["window"]
     passes = experiments._loss_passes(settings, window)
     assert set(saved["passes"]) == {experiments._key(*p) for p in passes}
@@ -531,7 +548,9 @@ def test_saved_loss_has_every_pass_with_its_bins() -> None:
         assert all(math.isfinite(b) and b > 0 for b in entry["bins"])
 
 
-@pytest.mark.parametrize("name", TEXT_FILES)
+@pytest.mark.parametrize(
+    "name", TEXT_FILES + [f"loss_long_{t}.json" for t in experiments.OTHER_TEXTS]
+)
 def test_saved_text_loss_has_every_pass_with_its_bins(name) -> None:
     saved, settings = _saved(name)
     passes = experiments._text_passes(settings, saved["window"])
@@ -687,6 +706,16 @@ def test_quick_run_writes_results_and_resumes_without_recomputing(loaded, tmp_pa
     trials_file, sliding_file = tmp_path / "trials.json", tmp_path / "sliding.json"
     trials = as_json(experiments.run_trials(model, tokenizer, QUICK, quick_trials, trials_file))
     sliding = as_json(experiments.run_sliding(model, tokenizer, QUICK, quick_trials, sliding_file))
+    for text in experiments.OTHER_TEXTS:  # the sliding step's other texts, as the command runs them
+        other = experiments.run_sliding(
+            model,
+            tokenizer,
+            experiments.text_settings(QUICK, text),
+            quick_trials,
+            tmp_path / f"sliding_{text}.json",
+        )
+        assert other["provenance"]["text"]["path"] == texts.TEXTS[text][2]
+        assert len(other["sweeps"]) == len(sliding["sweeps"])
     assert len(trials["cells"]) == quick_trials.trials * len(reach["cells"])
     for key, cell in reach["cells"].items():  # trial 0 is the reach step's prompt
         assert trials["cells"][f"{key} trial=0"]["key_nll"] == pytest.approx(cell["key_nll"])
@@ -887,3 +916,126 @@ def test_run_long_runs_every_step_at_4l(monkeypatch, tmp_path) -> None:
         ("trials", "book-long", (4.0,), "trials_long.json", "long"),
     ]
     assert experiments.LONG.reach_multiple == 4.0 and experiments.LONG.reach_in_window == ()
+
+
+def _mean_of_bins(bins: list[float], bin_size: int, count: int | None = None) -> float:
+    """Token-weighted mean of the first ``count`` bins (all by default) of a loss pass; the first
+    bin holds ``bin_size - 1`` targets (token 0 has no prediction)."""
+    bins = bins[:count]
+    weights = [bin_size - 1] + [bin_size] * (len(bins) - 1)
+    return sum(w * b for w, b in zip(weights, bins, strict=True)) / sum(weights)
+
+
+@pytest.mark.parametrize(
+    ("long", "short"),
+    [("loss_long", "loss_vs_position")]
+    + [(f"loss_long_{text}", f"loss_{text}") for text in experiments.OTHER_TEXTS],
+)
+def test_saved_4l_pass_repeats_the_cpu_2l_pass_on_its_first_2l_tokens(long, short) -> None:
+    """The model is causal: the GPU's unscaled pass over 4 L tokens gives its first 2 L tokens the
+    loss the CPU's unscaled 2 L pass gave them, bin by bin (within 1e-4 nats/token: float32 on
+    two devices, with different attention kernels)."""
+    gpu, _ = _saved(f"{long}.json")
+    cpu, _ = _saved(f"{short}.json")
+    first = cpu["passes"][experiments._key("none", 1.0, 2 * WINDOW)]["bins"]
+    again = gpu["passes"][experiments._key("none", 1.0, 4 * WINDOW)]["bins"][: len(first)]
+    assert len(first) == 2 * WINDOW // 512
+    assert max(abs(a - b) for a, b in zip(again, first, strict=True)) < 1e-4
+
+
+def test_saved_4l_passes_record_their_gpu_memory() -> None:
+    """Each pass of the long step records the GPU's peak memory, which grows with the length (the
+    dynamic passes) and stays far below the 36 GiB one layer's full attention weights would take."""
+    saved, _ = _saved("loss_long.json")
+    dynamic = sorted(
+        (e["length"], e["peak_cuda_mib"])
+        for e in saved["passes"].values()
+        if e["method"] == "dynamic_ntk"
+    )
+    assert [p for _, p in dynamic] == sorted(p for _, p in dynamic)
+    full = 9 * (4 * WINDOW) ** 2 * 4 / 2**20  # heads x n^2 float32 weights, MiB
+    assert full == 36 * 1024
+    assert all(e["peak_cuda_mib"] < full / 10 for e in saved["passes"].values())
+
+
+@pytest.mark.parametrize(
+    ("name", "loss_name", "trials"),
+    [("sliding_long.json", "loss_long.json", experiments.BOOK_TRIALS)]
+    + [
+        (f"sliding_{text}.json", f"loss_{text}.json", experiments.TEXT_SLIDING)
+        for text in experiments.OTHER_TEXTS
+    ],
+)
+def test_saved_other_sliding_runs_have_every_window_and_agree_with_one_pass(
+    name, loss_name, trials
+) -> None:
+    """The sliding runs at 4 L (code) and on the other texts (L and 2 L) have every sweep and
+    window planned, with totals that add up; each sweep's first window is the text's first W
+    tokens, whose loss a one-pass run measured (the long step's on the same GPU; the texts step's
+    on a CPU, for W = 2 L, and its unscaled pass's first L tokens for W = L): within 1e-4."""
+    saved, settings = _saved(name)
+    loss, _ = _saved(loss_name)
+    tokens = saved["provenance"]["text_tokens"]
+    multiples = tuple(saved["provenance"]["multiples"])
+    runs = experiments._sliding_runs(settings, trials, saved["window"], multiples)
+    assert set(saved["sweeps"]) == {f"{m} s={f:g} W={w}" for m, f, w in runs}
+    longest = max(p["length"] for p in loss["passes"].values())
+    for method, factor, size in runs:
+        entry = saved["sweeps"][f"{method} s={factor:g} W={size}"]
+        plan = experiments.sliding_windows(tokens, size, trials.stride)
+        assert [tuple(w[:3]) for w in entry["windows"]] == plan
+        total = sum(w[3] for w in entry["windows"])
+        assert entry["tokens"] == tokens - 1
+        assert entry["mean_nll"] == pytest.approx(total / (tokens - 1), abs=1e-5)
+        if size == longest:
+            bins = loss["passes"][experiments._key(method, factor, size)]["bins"]
+        else:  # W = L: the unscaled one pass over more tokens, its first L (causal)
+            bins = loss["passes"][experiments._key("none", 1.0, longest)]["bins"]
+        one_pass = _mean_of_bins(bins, settings.bin_size, size // settings.bin_size)
+        first = entry["windows"][0]
+        assert abs(first[3] / first[2] - one_pass) < 1e-4, (method, size)
+
+
+def test_saved_long_trials_have_every_cell_and_trial() -> None:
+    """trials_long.json (a GPU run) holds every cell of the reach probes at 4 L with its ten
+    trials, each with the seed ``trial_seed`` gives."""
+    saved, settings = _saved("trials_long.json")
+    trials = experiments.BOOK_TRIALS
+    cells = experiments._trial_cells(settings, trials, saved["window"])
+    keys = {f"{experiments._key(m, f, n)} depth={d:g} trial={t}" for m, f, n, d, t in cells}
+    assert set(saved["cells"]) == keys
+    assert len(keys) == trials.trials * len(settings.reach_methods) * len(settings.reach_depths)
+    for entry in saved["cells"].values():
+        assert entry["length"] == 4 * WINDOW
+        assert entry["seed"] == experiments.trial_seed(settings, entry["depth"], entry["trial"])
+
+
+def test_repeated_kv_attention_gives_the_same_losses_and_is_undone(loaded) -> None:
+    """``repeated_kv_attention`` makes transformers' SDPA path repeat the key-value heads (its
+    switch is consulted once per layer, so a renamed switch in a newer transformers fails here)
+    and gives the losses of grouped-query attention; on exit the switch is transformers' again."""
+    from transformers.integrations import sdpa_attention
+
+    model, tokenizer = loaded
+    real_model.use_rope(model, None)
+    ids = torch.tensor(tokenizer("def f(x):\n    return x * 2\n" * 20)["input_ids"])
+    grouped = real_model.token_nll(model, ids)
+    original = sdpa_attention.use_gqa_in_sdpa
+    consulted = []
+    with real_model.repeated_kv_attention():
+        assert real_model.kv_heads_repeated()
+        switch = sdpa_attention.use_gqa_in_sdpa
+        assert switch(None, None, None) is False
+
+        def spy(*args, **kwargs):
+            consulted.append(1)
+            return switch(*args, **kwargs)
+
+        sdpa_attention.use_gqa_in_sdpa = spy
+        try:
+            repeated = real_model.token_nll(model, ids)
+        finally:
+            sdpa_attention.use_gqa_in_sdpa = switch
+    assert sdpa_attention.use_gqa_in_sdpa is original and not real_model.kv_heads_repeated()
+    assert len(consulted) == model.config.num_hidden_layers
+    assert (repeated - grouped).abs().max() < 1e-4
