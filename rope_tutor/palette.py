@@ -10,6 +10,10 @@ Colours: the eight of Okabe and Ito's colour-blind-safe palette for the arms tha
 The sixteen colours all differ; the one shared colour is YaRN's, between ``"yarn"`` and
 ``"yarn_paper_beta"`` (the same method), so any set of arms drawn together gets distinct colours.
 
+``VERDICTS`` colours the three verdicts of a paired comparison (better, tie, worse) in grids of
+verdicts: Paul Tol's "light" mint, grey and orange, light enough for black text and none of them an
+arm's colour.
+
 Keys are matched as the package writes them: Hugging Face's ``rope_type`` names (``"linear"``,
 ``"dynamic"``) and the lab's ``"rope+<method>"`` prefix map to the same arm as the lab's own key.
 """
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-__all__ = ["ARMS", "style"]
+__all__ = ["ARMS", "VERDICTS", "style"]
 
 #: Arm key -> (human name, colour). The names are what legends print.
 ARMS: MappingProxyType[str, tuple[str, str]] = MappingProxyType(
@@ -44,6 +48,11 @@ ARMS: MappingProxyType[str, tuple[str, str]] = MappingProxyType(
         "finetune_ntk": ("NTK-aware, fine-tuned", "#88CCEE"),
         "finetune_yarn": ("YaRN, fine-tuned", "#AA4499"),
     }
+)
+
+#: Verdict of a paired comparison (``rope_tutor.lab.stats.verdict``) -> colour of its grid cell.
+VERDICTS: MappingProxyType[str, str] = MappingProxyType(
+    {"better": "#44BB99", "tie": "#DDDDDD", "worse": "#EE8866"}
 )
 
 #: Other spellings of the same arm: Hugging Face's ``rope_type`` names and the lab's variants.

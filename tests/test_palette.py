@@ -12,7 +12,7 @@ import matplotlib.colors as mcolors
 import pytest
 
 from rope_tutor import lab
-from rope_tutor.palette import ARMS, style
+from rope_tutor.palette import ARMS, VERDICTS, style
 
 LAB_FILES = ("train_short_test_long.json", "extend_rope.json", "needle.json")
 
@@ -77,3 +77,15 @@ def test_only_yarn_variants_share_a_colour() -> None:
 def test_unknown_key_is_named(bad: object) -> None:
     with pytest.raises(ValueError, match=re.escape(repr(bad))):
         style(bad)  # type: ignore[arg-type]
+
+
+def test_verdict_colours_distinct_and_not_an_arm() -> None:
+    assert set(VERDICTS) == {"better", "tie", "worse"}  # the verdicts lab.stats.verdict returns
+    colours = [mcolors.to_hex(c).upper() for c in VERDICTS.values()]
+    assert len(set(colours)) == 3
+    arm_colours = {colour.upper() for _, colour in ARMS.values()}
+    assert not arm_colours & set(colours)
+    for colour in colours:  # black text on it reaches WCAG AAA contrast, 7:1: luminance above 0.3
+        r, g, b = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+                   for c in mcolors.to_rgb(colour))
+        assert 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.3, colour
