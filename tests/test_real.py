@@ -650,12 +650,14 @@ def test_saved_reach_cell_is_what_the_code_computes(loaded) -> None:
         ("yarn", "loss_vs_position.json"),
         ("yarn_no_temperature", "loss_vs_position.json"),
         *[(m, f) for f in TEXT_FILES for m in ("none", "yarn_no_temperature")],
+        ("yarn", "loss_long.json"),  # the GPU's 4L passes, re-computed on the CPU
+        ("ntk", "loss_long_technical.json"),
     ],
 )
 def test_saved_loss_bins_are_what_the_code_computes(loaded, method, name) -> None:
     """The model is causal, so the first two bins of a saved pass (over s * L tokens) come from a
     pass over just their tokens: re-compute them, for the unscaled model, YaRN and YaRN without
-    its temperature, on the first text and on the others."""
+    its temperature, on the first text and on the others, and for two of the GPU's passes at 4L."""
     model, tokenizer = loaded
     saved, settings = _saved(name)
     window = saved["window"]
