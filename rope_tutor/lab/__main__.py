@@ -2,9 +2,10 @@
 
 ``all`` runs, for each training seed (``--seeds``, default ``LabSettings.seeds``) into
 ``<out>/seed_<n>/``, the steps ``train-short-test-long``, ``extend``, ``yarn-beta``, ``heldout``,
-``more-methods`` and ``passkey`` (modules ``short_long``, ``extend``, ``yarn_beta``, ``heldout``,
-``more_methods``, ``passkey``; ``passkey`` also trains the encodings of
-``passkey.OTHER_ENCODINGS`` at the seeds of ``other_needle_seeds``), then writes
+``more-methods``, ``heldout-short-long`` and ``passkey`` (modules ``short_long``, ``extend``,
+``yarn_beta``, ``heldout``, ``more_methods``, ``heldout_short_long``, ``passkey``; ``passkey``
+also trains the encodings of ``passkey.OTHER_ENCODINGS`` at the seeds of
+``other_needle_seeds``), then writes
 ``<out>/summary.json`` (module ``summary``). Each step shows progress bars and is skipped when its
 files are already there with the same settings, seed and corpus: an interrupted run resumes where
 it stopped. A step named alone runs for every seed of ``--seeds``; ``extend``, ``yarn-beta``,
@@ -30,6 +31,7 @@ from typing import Any
 from rope_tutor.lab.data import Corpus
 from rope_tutor.lab.extend import extend_rope
 from rope_tutor.lab.heldout import heldout
+from rope_tutor.lab.heldout_short_long import heldout_short_long
 from rope_tutor.lab.model import ENCODINGS
 from rope_tutor.lab.more_methods import more_methods
 from rope_tutor.lab.passkey import OTHER_ENCODINGS, find_the_needle, needle_arm
@@ -47,6 +49,7 @@ COMMANDS = (
     "yarn-beta",
     "heldout",
     "more-methods",
+    "heldout-short-long",
     "passkey",
     "arm",
     "needle-arm",
@@ -59,6 +62,7 @@ STEPS: dict[str, tuple[str, ...]] = {
     "yarn-beta": ("yarn_beta.json",),
     "heldout": ("heldout.json",),
     "more-methods": ("more_methods.json",),
+    "heldout-short-long": ("heldout_short_long.json",),
     "passkey": ("needle.json",),
 }
 
@@ -113,6 +117,8 @@ def _run_step(
         heldout(settings, corpus, folder, progress=progress)
     elif step == "more-methods":
         more_methods(settings, corpus, folder, progress=progress)
+    elif step == "heldout-short-long":
+        heldout_short_long(settings, corpus, folder, progress=progress)
     elif step == "passkey":
         find_the_needle(settings, folder, progress=progress)
     else:  # "needle-arm:<encoding>"
