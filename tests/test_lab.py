@@ -616,6 +616,7 @@ def test_quick_configuration_runs_every_experiment_and_resumes(tmp_path: Path) -
             "yarn_beta.json",
             "heldout.json",
             "more_methods.json",
+            "heldout_short_long.json",
             "needle.json",
             "rope.safetensors",
         }
@@ -661,6 +662,7 @@ WRITTEN_BY = {
     "yarn_beta.json": "yarn-beta",
     "heldout.json": "heldout",
     "more_methods.json": "more-methods",
+    "heldout_short_long.json": "heldout-short-long",
     "needle.json": "passkey",
     "needle_alibi.json": "needle-arm --encoding alibi",
 }
