@@ -48,6 +48,7 @@ __all__ = [
     "evaluation_samples",
     "heldout",
     "inference_arms",
+    "samples_protocol",
     "samples_record",
     "score_samples",
 ]
@@ -99,6 +100,20 @@ def evaluation_samples(
     )
     windows = torch.cat([slice_windows(corpus.validation, book_starts, length + 1), held])
     return windows, book_starts, held_starts
+
+
+def samples_protocol(settings: LabSettings, split: int) -> dict[str, Any]:
+    """The ``protocol`` entries of a file scored on ``evaluation_samples`` (``split`` book
+    windows): the lengths, the fixed-target measure and the two samples."""
+    return {
+        "context": settings.context,
+        "multiples": list(settings.multiples),
+        "fixed_target": "as in train_short_test_long.json: loss (nats/byte) on the last T "
+        "bytes of each window, given m x T bytes of input; one value per window",
+        "book": f"the book's {split} windows (seed {settings.eval_seed})",
+        "heldout": f"{settings.heldout_windows} windows drawn with seed "
+        f"{settings.heldout_seed}, sharing no byte with the book's windows",
+    }
 
 
 def samples_record(
@@ -237,13 +252,7 @@ def heldout(
     payload = {
         "experiment": "every arm of steps 2 and 2b per window, on the book's and a held-out sample",
         "protocol": {
-            "context": window,
-            "multiples": multiples,
-            "fixed_target": "as in train_short_test_long.json: loss (nats/byte) on the last T "
-            "bytes of each window, given m x T bytes of input; one value per window",
-            "book": f"the book's {split} windows (seed {settings.eval_seed})",
-            "heldout": f"{settings.heldout_windows} windows drawn with seed "
-            f"{settings.heldout_seed}, sharing no byte with the book's windows",
+            **samples_protocol(settings, split),
             "finetuned": "fine-tuned again, as step 2 (same seeds, batches and steps)",
         },
         **samples_record(settings, corpus, "heldout", book_starts, held_starts),

@@ -21,7 +21,13 @@ from typing import Any
 from tqdm import tqdm
 
 from rope_tutor.lab.data import Corpus
-from rope_tutor.lab.heldout import SAMPLES, evaluation_samples, samples_record, score_samples
+from rope_tutor.lab.heldout import (
+    SAMPLES,
+    evaluation_samples,
+    samples_protocol,
+    samples_record,
+    score_samples,
+)
 from rope_tutor.lab.model import ENCODINGS
 from rope_tutor.lab.records import rounded, write_result
 from rope_tutor.lab.settings import LabSettings
@@ -74,13 +80,7 @@ def heldout_short_long(
     payload = {
         "experiment": "every encoding of step 1 per window, on the book's and a held-out sample",
         "protocol": {
-            "context": window,
-            "multiples": multiples,
-            "fixed_target": "as in train_short_test_long.json: loss (nats/byte) on the last T "
-            "bytes of each window, given m x T bytes of input; one value per window",
-            "book": f"the book's {split} windows (seed {settings.eval_seed})",
-            "heldout": f"{settings.heldout_windows} windows drawn with seed "
-            f"{settings.heldout_seed}, sharing no byte with the book's windows",
+            **samples_protocol(settings, split),
             "trained": "trained again, as step 1 (same seed, batches and steps)",
         },
         **samples_record(settings, corpus, "heldout-short-long", book_starts, held_starts),
