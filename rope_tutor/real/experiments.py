@@ -117,9 +117,8 @@ class RealSettings:
 BOOK = RealSettings("book")
 #: The texts of the ``texts`` step (``BOOK.text`` is the first), and the methods run on them.
 OTHER_TEXTS = ("technical", "literary")
-#: The other texts of the ``sliding`` and ``long`` steps, sized for a GPU (the literary text came
-#: after the GPU run of this edition, so it has the ``texts`` step only).
-GPU_TEXTS = ("technical",)
+#: The other texts of the ``sliding`` and ``long`` steps, sized for a GPU.
+GPU_TEXTS = ("technical", "literary")
 TEXT_METHODS = ("none", "yarn", "yarn_no_temperature", "ntk", "llama3")
 
 #: Lengths of the ``memory`` step, in tokens (the ``texts`` step records the peak at 2 L); the
