@@ -501,8 +501,11 @@ LONG_FILES = [
     *(f"loss_long_{text}.json" for text in experiments.GPU_TEXTS),
     "sliding_long.json",
     "trials_long.json",
+    *(f"sliding_long_{text}.json" for text in experiments.GPU_TEXTS),
 ]
-SLIDING_TEXT_FILES = [f"sliding_{text}.json" for text in experiments.GPU_TEXTS]
+SLIDING_TEXT_FILES = [
+    f"sliding_{long}{text}.json" for text in experiments.GPU_TEXTS for long in ("", "long_")
+]
 
 
 @pytest.mark.parametrize(
@@ -895,6 +898,10 @@ def test_run_long_runs_every_step_at_4l(monkeypatch, tmp_path) -> None:
         *texts_calls,
         ("sliding", "book-long", (4.0,), "sliding_long.json", "long"),
         ("trials", "book-long", (4.0,), "trials_long.json", "long"),
+        *(
+            ("sliding", f"book-long-{t}", (4.0,), f"sliding_long_{t}.json", "long")
+            for t in experiments.GPU_TEXTS
+        ),
     ]
     assert experiments.LONG.reach_multiple == 4.0 and experiments.LONG.reach_in_window == ()
 
@@ -947,6 +954,10 @@ def test_saved_4l_passes_record_their_gpu_memory() -> None:
     ]
     + [
         (f"sliding_{text}.json", f"loss_{text}.json", experiments.TEXT_SLIDING)
+        for text in experiments.GPU_TEXTS
+    ]
+    + [
+        (f"sliding_long_{text}.json", f"loss_long_{text}.json", experiments.TEXT_SLIDING)
         for text in experiments.GPU_TEXTS
     ],
 )

@@ -126,7 +126,8 @@ def run(
             )
     if "long" in args.commands:
         long = QUICK_LONG if args.quick else LONG
-        run_long(model, tokenizer, out_dir, long, trials, progress)
+        text_trials = QUICK_TRIALS if args.quick else TEXT_SLIDING
+        run_long(model, tokenizer, out_dir, long, trials, progress, text_trials)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,8 @@ the next call with the same settings skips them.
   tokens of context. For W = L, 1.5 L and 2 L, each method at factor W / L; then, on each of
   the ``GPU_TEXTS`` (``sliding_<text>.json``), W = L and 2 L for the methods of ``TEXT_SLIDING``.
 * ``long``: the same measurements at 4 L (``LONG``), sized for a GPU: the loss step and the texts
-  step at s = 4, the trials at 4 L, and sliding-window perplexity with W = 4 L.
+  step at s = 4, the trials at 4 L, and sliding-window perplexity with W = 4 L (on each of the
+  ``GPU_TEXTS`` too, ``sliding_long_<text>.json``, for the methods of ``TEXT_SLIDING``).
 """
 
 from __future__ import annotations
@@ -699,10 +700,13 @@ def run_long(
     settings: RealSettings = LONG,
     trials: TrialSettings = BOOK_TRIALS,
     progress: Callable[[str], Callable[[Iterable[Any]], Iterable[Any]]] = lambda name: lambda x: x,
+    text_trials: TrialSettings = TEXT_SLIDING,
 ) -> None:
     """The long step, at ``settings.multiples`` (4 L): the loss step (``loss_long.json``) and the
     texts step (``loss_long_<text>.json``) at s = 4, sliding-window perplexity with W = 4 L
-    (``sliding_long.json``), then the trials at 4 L (``trials_long.json``), the longest."""
+    (``sliding_long.json``), then the trials at 4 L (``trials_long.json``), the longest, and
+    last sliding-window perplexity with W = 4 L on the other texts (``sliding_long_<text>.json``,
+    the methods of ``text_trials``)."""
     run_loss(
         model, tokenizer, settings, out_dir / "loss_long.json", progress("loss, 4L"), command="long"
     )
@@ -735,3 +739,14 @@ def run_long(
         progress("trials, 4L"),
         command="long",
     )
+    for text in GPU_TEXTS:
+        run_sliding(
+            model,
+            tokenizer,
+            text_settings(settings, text),
+            text_trials,
+            out_dir / f"sliding_long_{text}.json",
+            progress(f"sliding, {text}, 4L"),
+            multiples=settings.multiples,
+            command="long",
+        )
