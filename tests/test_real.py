@@ -655,6 +655,7 @@ def test_saved_reach_cell_is_what_the_code_computes(loaded) -> None:
         *[(m, f) for f in TEXT_FILES for m in ("none", "yarn_no_temperature")],
         ("yarn", "loss_long.json"),  # the GPU's 4L passes, re-computed on the CPU
         ("ntk", "loss_long_technical.json"),
+        ("llama3", "loss_long_literary.json"),  # the H100's 4L pass on the third text
     ],
 )
 def test_saved_loss_bins_are_what_the_code_computes(loaded, method, name) -> None:
