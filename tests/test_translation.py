@@ -162,6 +162,43 @@ def test_the_checks_can_fail() -> None:
     ]
 
 
+#: The opening line of a MyST directive fence (```{admonition}, ````{dropdown}, :::{note}).
+DIRECTIVE = re.compile(r"^(`{3,}|:{3,})\{[a-z-]+\}")
+
+
+def tables_inside_directives(markdown: str) -> list[str]:
+    """The table rows of ``markdown`` that sit inside a directive: the gettext builder extracts no
+    message from them, so the Chinese edition would show them in English."""
+    fences, rows = [], []
+    for line in markdown.split("\n"):
+        opening = DIRECTIVE.match(line)
+        if opening:
+            fences.append(opening.group(1))
+        elif fences and line.strip() == fences[-1]:
+            fences.pop()
+        elif fences and line.lstrip().startswith("|"):
+            rows.append(line)
+    return rows
+
+
+def test_no_table_sits_inside_a_directive() -> None:
+    report = []
+    for name in toc_files():
+        path = ROOT / name
+        if path.suffix == ".ipynb":
+            cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+            texts = ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
+        else:
+            texts = [path.read_text(encoding="utf-8")]
+        rows = [row for text in texts for row in tables_inside_directives(text)]
+        report += [f"{name}: {row[:60]}" for row in rows]
+    assert not report, "tables inside a directive stay English in the Chinese edition:\n" + (
+        "\n".join(report)
+    )
+    # and the check can fail
+    assert tables_inside_directives("```{dropdown} x\n| a | b |\n```\n| c |") == ["| a | b |"]
+
+
 @pytest.mark.slow
 def test_catalogues_hold_the_current_english_text(tmp_path: Path) -> None:
     """Every message of the English text as it is now is in its page's .po file (else the Chinese
