@@ -617,6 +617,7 @@ def test_quick_configuration_runs_every_experiment_and_resumes(tmp_path: Path) -
             "heldout.json",
             "more_methods.json",
             "heldout_short_long.json",
+            "base_sweep.json",
             "needle.json",
             "rope.safetensors",
         }
@@ -663,6 +664,7 @@ WRITTEN_BY = {
     "heldout.json": "heldout",
     "more_methods.json": "more-methods",
     "heldout_short_long.json": "heldout-short-long",
+    "base_sweep.json": "base-sweep",
     "needle.json": "passkey",
     "needle_alibi.json": "needle-arm --encoding alibi",
 }

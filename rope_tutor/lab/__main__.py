@@ -2,8 +2,9 @@
 
 ``all`` runs, for each training seed (``--seeds``, default ``LabSettings.seeds``) into
 ``<out>/seed_<n>/``, the steps ``train-short-test-long``, ``extend``, ``yarn-beta``, ``heldout``,
-``more-methods``, ``heldout-short-long`` and ``passkey`` (modules ``short_long``, ``extend``,
-``yarn_beta``, ``heldout``, ``more_methods``, ``heldout_short_long``, ``passkey``; ``passkey``
+``more-methods``, ``heldout-short-long``, ``base-sweep`` and ``passkey`` (modules ``short_long``,
+``extend``, ``yarn_beta``, ``heldout``, ``more_methods``, ``heldout_short_long``, ``base_sweep``,
+``passkey``; ``passkey``
 also trains the encodings of ``passkey.OTHER_ENCODINGS`` at the seeds of
 ``other_needle_seeds``), then writes
 ``<out>/summary.json`` (module ``summary``). Each step shows progress bars and is skipped when its
@@ -28,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rope_tutor.lab.base_sweep import base_sweep
 from rope_tutor.lab.data import Corpus
 from rope_tutor.lab.extend import extend_rope
 from rope_tutor.lab.heldout import heldout
@@ -50,6 +52,7 @@ COMMANDS = (
     "heldout",
     "more-methods",
     "heldout-short-long",
+    "base-sweep",
     "passkey",
     "arm",
     "needle-arm",
@@ -63,6 +66,7 @@ STEPS: dict[str, tuple[str, ...]] = {
     "heldout": ("heldout.json",),
     "more-methods": ("more_methods.json",),
     "heldout-short-long": ("heldout_short_long.json",),
+    "base-sweep": ("base_sweep.json",),
     "passkey": ("needle.json",),
 }
 
@@ -119,6 +123,8 @@ def _run_step(
         more_methods(settings, corpus, folder, progress=progress)
     elif step == "heldout-short-long":
         heldout_short_long(settings, corpus, folder, progress=progress)
+    elif step == "base-sweep":
+        base_sweep(settings, corpus, folder, progress=progress)
     elif step == "passkey":
         find_the_needle(settings, folder, progress=progress)
     else:  # "needle-arm:<encoding>"

@@ -34,6 +34,8 @@ class LabSettings:
     ``finetune`` their fine-tunes at ``extend_factor * T`` ("Extending a trained RoPE model"),
     ``heldout_windows`` windows drawn with ``heldout_seed``, sharing no byte with the
     ``eval_windows`` windows of ``eval_seed``, are the held-out sample of step 2c (``heldout``).
+    ``rope_bases`` are the RoPE bases of step 1c (``base_sweep``): each trained as step 1's RoPE
+    arm, whose base is ``ModelConfig().rope_base`` (10^4, one of them).
     ``needle_train`` and ``needle_finetune`` the retrieval models of "Finding the needle".
     ``pi_curve_steps`` are the checkpoints of the longer PI fine-tune evaluated against steps.
     ``seeds`` are the training seeds ``python -m rope_tutor.lab all`` runs (``for_seed``; each
@@ -55,6 +57,7 @@ class LabSettings:
     eval_seed: int = 1234
     heldout_windows: int = 128
     heldout_seed: int = 2027
+    rope_bases: tuple[float, ...] = (20.0, 500.0, 10000.0, 1000000.0)
     chunked_bytes: int = 16384
     extend_factor: float = 4.0
     temperature_factors: tuple[float, ...] = (2.0, 4.0, 8.0)

@@ -10,6 +10,7 @@ sweep, the per-position loss and ALiBi's chunked loss (``rope_tutor.lab.evaluate
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -56,16 +57,27 @@ def train_language_model(
     corpus: Corpus,
     *,
     seed: int | None = None,
+    rope_base: float | None = None,
     progress: bool = True,
 ) -> Fitted:
     """Seed, build and pre-train one arm at T (``settings.pretrain``; ``seed`` defaults to its
-    seed) with ``fit``."""
+    seed) with ``fit``. ``rope_base`` (RoPE only) replaces the model's base b of
+    theta_i = b^(-2i/d_h) (chapter "RoPE's distance, base and precision"; default: the
+    ``ModelConfig``'s 10^4); nothing else changes, not the initial weights nor the batches.
+    Raises ``ValueError`` for ``rope_base`` with another encoding."""
+    config = settings.model_config(encoding)
+    if rope_base is not None:
+        if encoding != "rope":
+            raise ValueError(
+                f"rope_base needs encoding='rope', got encoding={encoding!r}, rope_base={rope_base}"
+            )
+        config = replace(config, rope_base=float(rope_base))
     return fit(
-        settings.model_config(encoding),
+        config,
         language_model_batches(corpus, settings.context),
         settings.pretrain,
         seed=seed,
-        description=encoding,
+        description=encoding if rope_base is None else f"{encoding}, b = {rope_base:g}",
         progress=progress,
     )
 
