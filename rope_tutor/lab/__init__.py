@@ -9,16 +9,19 @@ Readers import it as ``from rope_tutor import lab``.
 Modules: ``settings`` (every knob: ``BOOK``, ``QUICK``); ``data``, ``model``, ``train`` (the
 loop, and ``fit``, the one seed-build-time-train routine every step uses) and ``evaluate``; the
 steps ``short_long`` ("Train short, test long"), ``extend`` ("Extending a trained RoPE model"),
-``passkey`` ("Finding the needle") and ``summary`` (every arm over the training seeds);
+``passkey`` ("Finding the needle"), the held-out checks ``heldout``, ``heldout_short_long`` and
+``heldout_needle``, ``alibi_checkpoint`` (step 1's ALiBi arm saved) and ``summary`` (every arm
+over the training seeds);
 ``stats`` (means and paired differences over seeds, with Student-t intervals); ``records`` (the
-provenance written beside every number, ``load_results`` and ``load_seeds``).
+provenance written beside every number, ``load_results``, ``load_seeds`` and ``load_model``,
+which rebuilds a saved model from its safetensors file).
 """
 
 from rope_tutor.lab import stats
 from rope_tutor.lab.data import load_corpus, needle_batch
 from rope_tutor.lab.extend import extension_methods
 from rope_tutor.lab.model import ENCODINGS, ModelConfig, TinyLM, load_checkpoint
-from rope_tutor.lab.records import load_results, load_seeds
+from rope_tutor.lab.records import load_model, load_results, load_seeds
 from rope_tutor.lab.settings import BOOK
 from rope_tutor.lab.train import TrainConfig, train
 
@@ -31,6 +34,7 @@ __all__ = [
     "extension_methods",
     "load_checkpoint",
     "load_corpus",
+    "load_model",
     "load_results",
     "load_seeds",
     "needle_batch",

@@ -2,9 +2,10 @@
 
 ``all`` runs, for each training seed (``--seeds``, default ``LabSettings.seeds``) into
 ``<out>/seed_<n>/``, the steps ``train-short-test-long``, ``extend``, ``yarn-beta``, ``heldout``,
-``more-methods``, ``heldout-short-long``, ``base-sweep`` and ``passkey`` (modules ``short_long``,
-``extend``, ``yarn_beta``, ``heldout``, ``more_methods``, ``heldout_short_long``, ``base_sweep``,
-``passkey``; ``passkey``
+``more-methods``, ``heldout-short-long``, ``base-sweep``, ``alibi-checkpoint``, ``passkey`` and
+``heldout-needle`` (modules ``short_long``, ``extend``, ``yarn_beta``, ``heldout``,
+``more_methods``, ``heldout_short_long``, ``base_sweep``, ``alibi_checkpoint``, ``passkey``,
+``heldout_needle``; ``passkey``
 also trains the encodings of ``passkey.OTHER_ENCODINGS`` at the seeds of
 ``other_needle_seeds``), then writes
 ``<out>/summary.json`` (module ``summary``). Each step shows progress bars and is skipped when its
@@ -29,10 +30,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rope_tutor.lab.alibi_checkpoint import alibi_checkpoint
 from rope_tutor.lab.base_sweep import base_sweep
 from rope_tutor.lab.data import Corpus
 from rope_tutor.lab.extend import extend_rope
 from rope_tutor.lab.heldout import heldout
+from rope_tutor.lab.heldout_needle import heldout_needle
 from rope_tutor.lab.heldout_short_long import heldout_short_long
 from rope_tutor.lab.model import ENCODINGS
 from rope_tutor.lab.more_methods import more_methods
@@ -53,7 +56,9 @@ COMMANDS = (
     "more-methods",
     "heldout-short-long",
     "base-sweep",
+    "alibi-checkpoint",
     "passkey",
+    "heldout-needle",
     "arm",
     "needle-arm",
 )
@@ -67,7 +72,9 @@ STEPS: dict[str, tuple[str, ...]] = {
     "more-methods": ("more_methods.json",),
     "heldout-short-long": ("heldout_short_long.json",),
     "base-sweep": ("base_sweep.json",),
+    "alibi-checkpoint": ("alibi_checkpoint.json", "alibi.safetensors"),
     "passkey": ("needle.json",),
+    "heldout-needle": ("heldout_needle.json", "needle_rope.safetensors"),
 }
 
 
@@ -91,7 +98,7 @@ def _expected(
 ) -> dict[str, Any]:
     """The provenance entries a finished step's files must carry to be kept: settings, seed,
     steps, thread count (reductions, hence the numbers, depend on it) and corpus checksum."""
-    if step in ("passkey", "needle-arm"):
+    if step in ("passkey", "needle-arm", "heldout-needle"):
         return {
             "settings": settings.name,
             "seed": settings.needle_train.seed,
@@ -125,8 +132,12 @@ def _run_step(
         heldout_short_long(settings, corpus, folder, progress=progress)
     elif step == "base-sweep":
         base_sweep(settings, corpus, folder, progress=progress)
+    elif step == "alibi-checkpoint":
+        alibi_checkpoint(settings, corpus, folder, progress=progress)
     elif step == "passkey":
         find_the_needle(settings, folder, progress=progress)
+    elif step == "heldout-needle":
+        heldout_needle(settings, folder, progress=progress)
     else:  # "needle-arm:<encoding>"
         needle_arm(step.split(":", 1)[1], settings, folder, progress=progress)
 
@@ -204,7 +215,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 for encoding in OTHER_ENCODINGS:
                     jobs.append((seed, f"needle-arm:{encoding}", (f"needle_{encoding}.json",)))
     corpus = None
-    if any(not step.startswith(("passkey", "needle")) for _, step, _ in jobs):
+    if any(not step.startswith(("passkey", "needle", "heldout-needle")) for _, step, _ in jobs):
         corpus = load_corpus_for(settings)
 
     timings_file = out_dir / "timings.json"

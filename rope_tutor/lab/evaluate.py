@@ -35,6 +35,7 @@ __all__ = [
     "chunked_loss",
     "needle_accuracy",
     "needle_depth_bins",
+    "needle_hits",
 ]
 
 #: What a KV cache holds for the keys: ``"raw"`` (before rotation) or ``"rotated"`` (after).
@@ -125,6 +126,35 @@ def needle_depth_bins(
     return torch.clamp(depth * depth_bins // (room + 1), max=depth_bins - 1)
 
 
+def needle_hits(
+    model: torch.nn.Module,
+    length: int,
+    num_samples: int,
+    key_length: int,
+    seed: int,
+    cue: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Teacher-forced hits of every scored key letter on ``num_samples`` needle sequences of
+    ``length`` bytes drawn from ``seed`` (``needle_batch``), sample by sample: bool
+    ``(num_samples, key_length - cue)`` (the argmax after each letter of the final
+    key is the next letter; the first ``cue`` letters are given, not scored) and the needle
+    starts, int64 ``(num_samples,)``. Raises ``ValueError`` naming a ``cue`` outside
+    ``[0, key_length)``."""
+    if not 0 <= cue < key_length:
+        raise ValueError(f"cue must be in [0, key_length={key_length}), got cue={cue}")
+    generator = torch.Generator().manual_seed(seed)
+    tokens, depth = needle_batch(num_samples, length, key_length, generator)
+    device = next(model.parameters()).device
+    correct = []
+    per_batch = max(1, TOKENS_PER_BATCH // length)
+    scored = key_length - cue
+    with torch.no_grad():
+        for chunk in tokens.split(per_batch):
+            logits = model(chunk[:, :-1].to(device))[:, -scored:]
+            correct.append(logits.argmax(dim=-1).cpu() == chunk[:, -scored:])
+    return torch.cat(correct), depth
+
+
 def needle_accuracy(
     model: torch.nn.Module,
     length: int,
@@ -141,20 +171,9 @@ def needle_accuracy(
     ``cue=1`` the first letter is a lookup key and the other letters its value: associative
     recall). Returns ``{"exact_match", "per_letter", "by_depth"}``: fractions, and the
     exact match per equal-width bin of needle depth (first bin = needle near the start).
+    The per-sample hits are ``needle_hits``'.
     """
-    generator = torch.Generator().manual_seed(seed)
-    tokens, depth = needle_batch(num_samples, length, key_length, generator)
-    device = next(model.parameters()).device
-    correct = []
-    per_batch = max(1, TOKENS_PER_BATCH // length)
-    scored = key_length - cue
-    if not 0 <= cue < key_length:
-        raise ValueError(f"cue must be in [0, key_length={key_length}), got cue={cue}")
-    with torch.no_grad():
-        for chunk in tokens.split(per_batch):
-            logits = model(chunk[:, :-1].to(device))[:, -scored:]
-            correct.append(logits.argmax(dim=-1).cpu() == chunk[:, -scored:])
-    hits = torch.cat(correct)  # (num_samples, scored)
+    hits, depth = needle_hits(model, length, num_samples, key_length, seed, cue)
     exact = hits.all(dim=1).float()
     bins = needle_depth_bins(depth, length, key_length, depth_bins)
     by_depth = [

@@ -13,6 +13,7 @@ each depth bin (the files store the fraction per bin, not the count).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +29,16 @@ from rope_tutor.lab.train import BatchFactory, TrainConfig, fit
 
 __all__ = [
     "OTHER_ENCODINGS",
+    "extended_models",
     "find_the_needle",
     "needle_arm",
     "needle_batches",
     "needle_depth_counts",
+    "needle_protocol",
+    "needle_provenance",
     "needle_seed",
+    "needle_sweep",
+    "train_needle_arm",
 ]
 
 #: An arm's length sweep is reported only when its in-window exact match reaches this.
@@ -88,7 +94,7 @@ def needle_batches(settings: LabSettings, length: int) -> BatchFactory:
     return factory
 
 
-def _needle_sweep(model: TinyLM, settings: LabSettings) -> dict[str, Any]:
+def needle_sweep(model: TinyLM, settings: LabSettings) -> dict[str, Any]:
     return {
         str(m): needle_accuracy(
             model,
@@ -102,17 +108,22 @@ def _needle_sweep(model: TinyLM, settings: LabSettings) -> dict[str, Any]:
     }
 
 
-def _extended_arms(model: TinyLM, settings: LabSettings, *, progress: bool) -> dict[str, Any]:
-    """The trained RoPE retrieval model with each method of step 2 swapped in, and copies
-    fine-tuned at ``extend_factor * T`` (``settings.needle_finetune``) with plain RoPE, PI,
-    NTK-aware and YaRN (paper's beta) in place, as the language model of step 2 is."""
-    arms: dict[str, Any] = {}
+def extended_models(
+    model: TinyLM, settings: LabSettings, *, progress: bool
+) -> Iterator[tuple[str, dict[str, Any] | None, TinyLM, float | None]]:
+    """The arms of ``needle.json`` beyond plain RoPE, in the file's order, as ``(arm name,
+    scaling, model, fine-tuning seconds or None)``: the trained RoPE retrieval model ``model``
+    with each method of step 2 swapped in (``rope+<method>``; the same object, its scaling set
+    until the next item), then copies fine-tuned at ``extend_factor * T``
+    (``settings.needle_finetune``) with plain RoPE, PI, NTK-aware and YaRN (paper's beta) in
+    place, as the language model of step 2 is (``rope+<method>_finetuned``). Consume each item
+    before asking for the next; ``model`` is left with no scaling at the end."""
     methods = extension_methods(settings)
     for name, scaling in methods.items():
         if scaling is None:
             continue
         model.set_rope_scaling(scaling)
-        arms[f"rope+{name}"] = {"scaling": scaling, "sweep": _needle_sweep(model, settings)}
+        yield f"rope+{name}", scaling, model, None
     model.set_rope_scaling(None)
     length = int(settings.extend_factor * settings.context)
     for name in FINETUNED:
@@ -125,15 +136,23 @@ def _extended_arms(model: TinyLM, settings: LabSettings, *, progress: bool) -> d
             description=f"needle-{name}-finetune",
             progress=progress,
         )
-        arms[f"{'rope+plain' if name == 'rope' else 'rope+' + name}_finetuned"] = {
-            "scaling": scaling,
-            "train_seconds": round(fitted.seconds, 1),
-            "sweep": _needle_sweep(fitted.model, settings),
-        }
+        arm = f"{'rope+plain' if name == 'rope' else 'rope+' + name}_finetuned"
+        yield arm, scaling, fitted.model, fitted.seconds
+
+
+def _extended_arms(model: TinyLM, settings: LabSettings, *, progress: bool) -> dict[str, Any]:
+    """Every arm of ``extended_models`` with its length sweep (and, when fine-tuned, its
+    training time)."""
+    arms: dict[str, Any] = {}
+    for name, scaling, arm_model, seconds in extended_models(model, settings, progress=progress):
+        arms[name] = {"scaling": scaling}
+        if seconds is not None:
+            arms[name]["train_seconds"] = round(seconds, 1)
+        arms[name]["sweep"] = needle_sweep(arm_model, settings)
     return arms
 
 
-def _train_needle_arm(
+def train_needle_arm(
     encoding: str, settings: LabSettings, *, progress: bool
 ) -> tuple[TinyLM, dict[str, Any]]:
     """Train the retrieval model of ``encoding`` at T and measure it in its window; sweep the
@@ -163,11 +182,13 @@ def _train_needle_arm(
         "learned": in_window["exact_match"] >= LEARNED_THRESHOLD,
     }
     if result["learned"]:
-        result["sweep"] = _needle_sweep(fitted.model, settings)
+        result["sweep"] = needle_sweep(fitted.model, settings)
     return fitted.model, result
 
 
-def _protocol(settings: LabSettings) -> dict[str, Any]:
+def needle_protocol(settings: LabSettings) -> dict[str, Any]:
+    """The ``protocol`` entry of ``needle.json``: the task, key, samples, lengths, bar and
+    fine-tunes of ``settings``."""
     return {
         "context": settings.context,
         "task": "random lowercase filler with '=KEY' hidden at a uniform depth, ending with "
@@ -186,7 +207,9 @@ def _protocol(settings: LabSettings) -> dict[str, Any]:
     }
 
 
-def _provenance(settings: LabSettings, command: str, *, finetune: bool) -> dict[str, Any]:
+def needle_provenance(settings: LabSettings, command: str, *, finetune: bool) -> dict[str, Any]:
+    """The ``provenance`` of a needle file written by ``command``: training recipe and seed, and
+    the fine-tuning recipe when ``finetune``."""
     extra = {"finetune": settings.needle_finetune.to_dict()} if finetune else {}
     return provenance(
         settings,
@@ -209,14 +232,14 @@ def find_the_needle(
     """
     arms = {}
     for encoding in settings.needle_encodings:
-        model, result = _train_needle_arm(encoding, settings, progress=progress)
+        model, result = train_needle_arm(encoding, settings, progress=progress)
         arms[encoding] = result
         if encoding == "rope" and result["learned"]:
             arms.update(_extended_arms(model, settings, progress=progress))
     payload = {
         "experiment": "finding the needle",
-        "protocol": _protocol(settings),
-        "provenance": _provenance(settings, "passkey", finetune=True),
+        "protocol": needle_protocol(settings),
+        "provenance": needle_provenance(settings, "passkey", finetune=True),
         "arms": arms,
     }
     write_result(out_dir / "needle.json", payload)
@@ -230,11 +253,13 @@ def needle_arm(
     RoPE arm (same steps, batches, seed and samples) and write ``needle_<encoding>.json``, laid
     out like ``needle.json`` with the one arm (``python -m rope_tutor.lab needle-arm
     --encoding <encoding>``). Raises ``ValueError`` naming an unknown ``encoding``."""
-    _, result = _train_needle_arm(encoding, settings, progress=progress)
+    _, result = train_needle_arm(encoding, settings, progress=progress)
     payload = {
         "experiment": "finding the needle",
-        "protocol": {k: v for k, v in _protocol(settings).items() if k != "finetune"},
-        "provenance": _provenance(settings, f"needle-arm --encoding {encoding}", finetune=False),
+        "protocol": {k: v for k, v in needle_protocol(settings).items() if k != "finetune"},
+        "provenance": needle_provenance(
+            settings, f"needle-arm --encoding {encoding}", finetune=False
+        ),
         "arms": {encoding: result},
     }
     write_result(out_dir / f"needle_{encoding}.json", payload)

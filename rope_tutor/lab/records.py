@@ -17,11 +17,26 @@ import torch
 
 from rope_tutor import __version__
 from rope_tutor.lab.data import Corpus
+from rope_tutor.lab.model import TinyLM, load_checkpoint
 from rope_tutor.lab.settings import LabSettings
 from rope_tutor.results import RESULTS_DIR
 from rope_tutor.results import load as load_saved
 
-__all__ = ["load_results", "load_seeds", "provenance", "rounded", "seed_folder", "write_result"]
+__all__ = [
+    "CHECKPOINTS",
+    "load_model",
+    "load_results",
+    "load_seeds",
+    "provenance",
+    "rounded",
+    "seed_folder",
+    "write_result",
+]
+
+#: The lab's saved models, ``seed_<n>/<name>.safetensors``, and the encoding each must have:
+#: step 1's RoPE arm (``train-short-test-long``), its ALiBi arm (``alibi-checkpoint``) and the
+#: RoPE retrieval model of chapter "Finding the needle" (``heldout-needle``).
+CHECKPOINTS: dict[str, str] = {"rope": "rope", "alibi": "alibi", "needle_rope": "rope"}
 
 
 def provenance(
@@ -106,3 +121,35 @@ def load_seeds(name: str, data_dir: Path | None = None) -> dict[int, dict[str, A
             f"`python -m rope_tutor.lab all --out {folder}`"
         )
     return {seed: load_results(f"{seed_folder(seed)}/{name}", data_dir) for seed in seeds}
+
+
+def load_model(name: str, seed: int, data_dir: Path | None = None) -> TinyLM:
+    """A trained lab model, rebuilt from ``seed_<seed>/<name>.safetensors``, in eval mode.
+
+    ``name`` is one of ``CHECKPOINTS``: ``"rope"`` and ``"alibi"`` (the arms of chapter "Train
+    short, test long", trained at T = 128 on text) or ``"needle_rope"`` (the retrieval model of
+    chapter "Finding the needle"). Without ``data_dir`` it reads the package's saved files,
+    otherwise the ``--out`` folder of a run. The file is safetensors (no code runs on loading);
+    ``model.load_checkpoint`` checks every tensor's name and shape against the ``ModelConfig`` in
+    the file's metadata, and this function checks that config's encoding is ``name``'s.
+    Returns a ``TinyLM`` whose forward maps int64 ``(batch, seq)`` bytes to float32 ``(batch, seq,
+    256)`` logits. Raises ``ValueError`` naming a bad ``name``, ``seed`` or a file of the wrong
+    encoding, ``FileNotFoundError`` naming a missing file.
+    """
+    if name not in CHECKPOINTS:
+        raise ValueError(f"name must be one of {sorted(CHECKPOINTS)}, got name={name!r}")
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got seed={seed!r}")
+    folder = RESULTS_DIR / "lab" if data_dir is None else Path(data_dir)
+    path = folder / seed_folder(seed) / f"{name}.safetensors"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} not found: write it with `python -m rope_tutor.lab all --out {folder}`"
+        )
+    model = load_checkpoint(path)
+    if model.config.encoding != CHECKPOINTS[name]:
+        raise ValueError(
+            f"{path} holds a model with encoding={model.config.encoding!r}, expected "
+            f"{CHECKPOINTS[name]!r} for name={name!r}"
+        )
+    return model

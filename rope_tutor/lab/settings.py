@@ -36,7 +36,9 @@ class LabSettings:
     ``eval_windows`` windows of ``eval_seed``, are the held-out sample of step 2c (``heldout``).
     ``rope_bases`` are the RoPE bases of step 1c (``base_sweep``): each trained as step 1's RoPE
     arm, whose base is ``ModelConfig().rope_base`` (10^4, one of them).
-    ``needle_train`` and ``needle_finetune`` the retrieval models of "Finding the needle".
+    ``needle_train`` and ``needle_finetune`` the retrieval models of "Finding the needle",
+    scored on ``needle_samples`` needles per length (``eval_seed``) and, in step 3b
+    (``heldout_needle``), on ``needle_heldout_samples`` others (``heldout_seed``).
     ``pi_curve_steps`` are the checkpoints of the longer PI fine-tune evaluated against steps.
     ``seeds`` are the training seeds ``python -m rope_tutor.lab all`` runs (``for_seed``; each
     into ``seed_<n>/`` of the output folder); ``other_needle_seeds`` those at which the
@@ -88,6 +90,7 @@ class LabSettings:
     )
     needle_multiples: tuple[int, ...] = (1, 2, 4, 8)
     needle_samples: int = 100
+    needle_heldout_samples: int = 400
     needle_finetune: TrainConfig = field(
         default_factory=lambda: TrainConfig(
             steps=60, batch_size=8, lr=6e-4, warmup_steps=10, seed=1
@@ -139,6 +142,7 @@ QUICK = replace(
     needle_train=TrainConfig(steps=8, batch_size=8, warmup_steps=2),
     needle_multiples=(1, 2),
     needle_samples=8,
+    needle_heldout_samples=8,
     needle_finetune=TrainConfig(steps=3, batch_size=2, lr=6e-4, warmup_steps=1, seed=1),
     pi_curve_steps=(0, 2, 4),
     seeds=(0, 1),
