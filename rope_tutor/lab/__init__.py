@@ -14,13 +14,20 @@ steps ``short_long`` ("Train short, test long"), ``extend`` ("Extending a traine
 over the training seeds);
 ``stats`` (means and paired differences over seeds, with Student-t intervals); ``records`` (the
 provenance written beside every number, ``load_results``, ``load_seeds`` and ``load_model``,
-which rebuilds a saved model from its safetensors file).
+which rebuilds a saved model from its safetensors file); ``attention_probabilities`` (``model``)
+returns a model's per-head attention weights, computed on its forward pass.
 """
 
 from rope_tutor.lab import stats
 from rope_tutor.lab.data import load_corpus, needle_batch
 from rope_tutor.lab.extend import extension_methods
-from rope_tutor.lab.model import ENCODINGS, ModelConfig, TinyLM, load_checkpoint
+from rope_tutor.lab.model import (
+    ENCODINGS,
+    ModelConfig,
+    TinyLM,
+    attention_probabilities,
+    load_checkpoint,
+)
 from rope_tutor.lab.records import load_model, load_results, load_seeds
 from rope_tutor.lab.settings import BOOK
 from rope_tutor.lab.train import TrainConfig, train
@@ -31,6 +38,7 @@ __all__ = [
     "ModelConfig",
     "TinyLM",
     "TrainConfig",
+    "attention_probabilities",
     "extension_methods",
     "load_checkpoint",
     "load_corpus",

@@ -29,10 +29,17 @@ from torch import nn
 
 from rope_tutor.absolute import LearnedPositionalEmbedding, sinusoidal_encoding
 from rope_tutor.alibi import alibi_bias
-from rope_tutor.attention import SelfAttention
+from rope_tutor.attention import SelfAttention, attention
 from rope_tutor.rope import RotaryEmbedding
 
-__all__ = ["ENCODINGS", "ModelConfig", "TinyLM", "load_checkpoint", "save_checkpoint"]
+__all__ = [
+    "ENCODINGS",
+    "ModelConfig",
+    "TinyLM",
+    "attention_probabilities",
+    "load_checkpoint",
+    "save_checkpoint",
+]
 
 #: The position encodings the lab compares, in the order the chapters show them.
 ENCODINGS = ("none", "learned", "sinusoidal", "rope", "alibi")
@@ -154,6 +161,54 @@ class TinyLM(nn.Module):
             x = block(x, positions, bias)
         return F.linear(self.final_norm(x), self.embed.weight)  # tied output layer
 
+
+@torch.no_grad()
+def attention_probabilities(
+    model: TinyLM, tokens: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every layer's per-head attention probabilities of ``model`` reading ``tokens``.
+
+    Runs ``TinyLM.forward`` step by step with the same modules (its byte embedding, position
+    encoding, each ``Block``'s norms, MLP and ``SelfAttention`` weights, rotary module and RoPE
+    scaling in force) and asks ``rope_tutor.attention.attention`` for its weights,
+    ``softmax(q kᵀ / sqrt(head_dim) + bias)`` with the causal mask (chapter "Why position?"),
+    which the layer otherwise computes fused. ``tokens`` is int64 ``(batch, seq)``. Returns
+    ``(logits, weights)``: float32 ``(batch, seq, vocab_size)`` logits, equal to ``model(tokens)``
+    up to rounding (the tests check it), and float32 weights ``(num_layers, batch, heads, seq,
+    seq)``, where ``weights[l, b, h, i, j]`` is how much query ``i`` of head ``h`` in layer ``l``
+    attends to key ``j`` (each row sums to 1; 0 for ``j > i``). Raises ``ValueError`` like
+    ``forward`` for tokens that are not an int64 ``(batch, seq)`` tensor.
+    """
+    if tokens.dim() != 2 or tokens.dtype != torch.long:
+        raise ValueError(
+            f"tokens must be an int64 tensor of shape (batch, seq), got dtype {tokens.dtype} "
+            f"and shape {tuple(tokens.shape)}"
+        )
+    config = model.config
+    batch, seq = tokens.shape
+    positions = torch.arange(seq, device=tokens.device)
+    x = model.embed(tokens) * math.sqrt(config.dim)  # (batch, seq, dim), as in forward
+    if config.encoding == "learned":
+        x = x + model.positional(positions)
+    elif config.encoding == "sinusoidal":
+        x = x + sinusoidal_encoding(seq, config.dim).to(x.device)
+    bias = None
+    if config.encoding == "alibi":
+        bias = alibi_bias(config.num_heads, seq, device=x.device)  # (heads, seq, seq)
+    maps = []
+    for block in model.blocks:
+        layer = block.attn
+        h = block.attn_norm(x)
+        q, k, v = layer.qkv(h).view(batch, seq, 3, layer.num_heads, layer.head_dim).unbind(dim=2)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (batch, heads, seq, head_dim)
+        if layer.rotary is not None:
+            q, k = layer.rotary(q, k, positions)
+        y, weights = attention(q, k, v, causal=layer.causal, bias=bias, return_weights=True)
+        maps.append(weights)
+        x = x + layer.out(y.transpose(1, 2).reshape(batch, seq, config.dim))
+        x = x + block.mlp(block.mlp_norm(x))
+    logits = F.linear(model.final_norm(x), model.embed.weight)
+    return logits, torch.stack(maps)
 
 def _saved_state(model: TinyLM) -> dict[str, torch.Tensor]:
     # The rotary module holds no parameters, only tables it can rebuild: leave it out.
