@@ -80,9 +80,22 @@ class Block(nn.Module):
         )
 
     def forward(
-        self, x: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor | None
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        bias: torch.Tensor | None,
+        weights: list[torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), positions=positions, bias=bias)
+        """``weights``: when a list, this block's attention weights are appended to it."""
+        normed = self.attn_norm(x)
+        if weights is None:
+            x = x + self.attn(normed, positions=positions, bias=bias)
+        else:
+            update, layer_weights = self.attn(
+                normed, positions=positions, bias=bias, return_weights=True
+            )
+            weights.append(layer_weights)
+            x = x + update
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -94,6 +107,9 @@ class TinyLM(nn.Module):
     3.4), so that an added unit-amplitude sinusoidal encoding does not swamp them; the same scale
     is used for every encoding so that the arms differ in their position encoding only.
     ``set_rope_scaling`` swaps the RoPE scaling used from the next forward on (no retraining).
+    ``forward(tokens, return_attention=True)`` also returns every layer's attention weights, the
+    softmax of the logits (ALiBi: equation (alibi-score) of chapter "ALiBi"), computed by the
+    same forward pass with the explicit softmax instead of SDPA.
     """
 
     def __init__(self, config: ModelConfig) -> None:
@@ -133,7 +149,13 @@ class TinyLM(nn.Module):
         for block in self.blocks:
             block.attn.rotary = rotary  # one parameter-free module shared by the layers
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, tokens: torch.Tensor, *, return_attention: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        """Logits ``(batch, seq, vocab_size)``; with ``return_attention=True`` the pair
+        ``(logits, weights)``, ``weights[layer]`` of shape ``(batch, heads, seq, seq)``: query
+        ``i``'s weight on key ``j`` (0 for ``j > i``; each row sums to 1), in the dtype of the
+        model. Raises ``ValueError`` for tokens that are not int64 ``(batch, seq)``."""
         if tokens.dim() != 2 or tokens.dtype != torch.long:
             raise ValueError(
                 f"tokens must be an int64 tensor of shape (batch, seq), got dtype {tokens.dtype} "
@@ -150,9 +172,11 @@ class TinyLM(nn.Module):
         bias = None
         if encoding == "alibi":
             bias = alibi_bias(self.config.num_heads, seq, device=x.device)  # (heads, seq, seq)
+        weights: list[torch.Tensor] | None = [] if return_attention else None
         for block in self.blocks:
-            x = block(x, positions, bias)
-        return F.linear(self.final_norm(x), self.embed.weight)  # tied output layer
+            x = block(x, positions, bias, weights)
+        logits = F.linear(self.final_norm(x), self.embed.weight)  # tied output layer
+        return logits if weights is None else (logits, tuple(weights))
 
 
 def _saved_state(model: TinyLM) -> dict[str, torch.Tensor]:
