@@ -100,7 +100,10 @@ def attention(
 class SelfAttention(nn.Module):
     """Multi-head self-attention with no position information of its own.
 
-    ``forward(x, positions=None, bias=None)`` maps ``(batch, seq, dim)`` to ``(batch, seq, dim)``.
+    ``forward(x, positions=None, bias=None)`` maps ``(batch, seq, dim)`` to ``(batch, seq, dim)``;
+    with ``return_weights=True`` it also returns the attention weights ``(batch, heads, seq,
+    seq)``, computed by the same projections and ``attention`` call, only with the explicit
+    softmax instead of SDPA (chapter "ALiBi" draws a trained model's per-head maps with it).
     Position enters only through ``rotary`` (a module rotating q and k, e.g. ``RotaryEmbedding``;
     it needs ``positions``, default ``0 .. seq-1``) or an additive ``bias`` (e.g. ALiBi, shape
     broadcastable to ``(batch, heads, seq, seq)``). Without either the layer is
@@ -126,7 +129,8 @@ class SelfAttention(nn.Module):
         *,
         positions: torch.Tensor | None = None,
         bias: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+        return_weights: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape (batch, seq, {self.dim}), got {tuple(x.shape)}")
         batch, seq, _ = x.shape
@@ -136,8 +140,12 @@ class SelfAttention(nn.Module):
             if positions is None:
                 positions = torch.arange(seq, device=x.device)
             q, k = self.rotary(q, k, positions)
-        y = attention(q, k, v, causal=self.causal, bias=bias)  # (batch, heads, seq, head_dim)
-        return self.out(y.transpose(1, 2).reshape(batch, seq, self.dim))
+        y = attention(q, k, v, causal=self.causal, bias=bias, return_weights=return_weights)
+        weights = None
+        if return_weights:
+            y, weights = y  # weights: (batch, heads, seq, seq)
+        out = self.out(y.transpose(1, 2).reshape(batch, seq, self.dim))
+        return out if weights is None else (out, weights)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, num_heads={self.num_heads}, causal={self.causal}"

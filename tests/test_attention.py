@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from rope_tutor.alibi import alibi_bias
 from rope_tutor.attention import SelfAttention, attention, causal_mask
 
 
@@ -222,3 +223,19 @@ def test_self_attention_bad_sizes(dim: int, heads: int, message: str) -> None:
 def test_self_attention_bad_input_shape(shape: tuple) -> None:
     with pytest.raises(ValueError, match=r"x must have shape \(batch, seq, 8\)"):
         SelfAttention(8, 2)(torch.zeros(shape))
+
+
+def test_self_attention_returns_the_weights_of_its_own_output() -> None:
+    torch.manual_seed(3)
+    layer = SelfAttention(16, 4, causal=True).double()
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    bias = alibi_bias(4, 6).double()
+    with torch.no_grad():
+        plain = layer(x, bias=bias)  # SDPA
+        out, weights = layer(x, bias=bias, return_weights=True)  # explicit softmax
+        q, k, _ = layer.qkv(x).view(2, 6, 3, 4, 4).unbind(dim=2)
+        logits = q.transpose(1, 2) @ k.transpose(1, 2).transpose(-2, -1) / 2.0 + bias
+    assert weights.shape == (2, 4, 6, 6)
+    torch.testing.assert_close(out, plain, rtol=0, atol=1e-12)
+    torch.testing.assert_close(weights, logits.softmax(-1), rtol=0, atol=1e-12)
+    assert (weights.triu(1) == 0).all()

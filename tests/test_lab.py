@@ -109,6 +109,37 @@ def test_each_encoding_gives_the_model_word_order(encoding: str) -> None:
         assert not torch.allclose(model(tokens)[0, -1], model(swapped)[0, -1], atol=1e-4)
 
 
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_forward_returns_the_attention_weights_of_its_own_logits(encoding: str) -> None:
+    """``return_attention=True`` gives the same logits as the default (SDPA) pass, causal rows
+    that sum to 1, and, in layer 1, the softmax of q·k/sqrt(d_h) (+ the ALiBi bias) by hand."""
+    model = make_model(encoding).double()
+    tokens = random_tokens(2, 12)
+    with torch.no_grad():
+        plain = model(tokens)
+        logits, weights = model(tokens, return_attention=True)
+        x = model.embed(tokens) * math.sqrt(model.config.dim)
+        if encoding == "learned":
+            x = x + model.positional(torch.arange(12))
+        elif encoding == "sinusoidal":
+            x = x + rt.sinusoidal_encoding(12, model.config.dim).double()
+        attn = model.blocks[0].attn
+        q, k, _ = attn.qkv(model.blocks[0].attn_norm(x)).view(2, 12, 3, 2, 16).unbind(dim=2)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)  # (batch, heads, seq, head_dim)
+        if encoding == "rope":
+            q, k = attn.rotary(q, k, torch.arange(12))
+        future = torch.ones(12, 12, dtype=torch.bool).triu(1)
+        scores = (q @ k.transpose(-2, -1) / 4.0).masked_fill(future, -math.inf)
+        if encoding == "alibi":
+            scores = scores + rt.alibi_bias(2, 12).double()
+    torch.testing.assert_close(logits, plain, rtol=0, atol=1e-10)
+    assert len(weights) == 2 and all(w.shape == (2, 2, 12, 12) for w in weights)
+    for w in weights:
+        assert (w.triu(1) == 0).all()
+        torch.testing.assert_close(w.sum(-1), torch.ones(2, 2, 12, dtype=torch.float64))
+    torch.testing.assert_close(weights[0], scores.softmax(-1), rtol=0, atol=1e-12)
+
+
 def test_learned_table_cannot_run_past_its_size() -> None:
     model = make_model("learned", context=32)
     with torch.no_grad():

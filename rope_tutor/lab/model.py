@@ -29,7 +29,7 @@ from torch import nn
 
 from rope_tutor.absolute import LearnedPositionalEmbedding, sinusoidal_encoding
 from rope_tutor.alibi import alibi_bias
-from rope_tutor.attention import SelfAttention, attention
+from rope_tutor.attention import SelfAttention
 from rope_tutor.rope import RotaryEmbedding
 
 __all__ = [
@@ -87,9 +87,22 @@ class Block(nn.Module):
         )
 
     def forward(
-        self, x: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor | None
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        bias: torch.Tensor | None,
+        weights: list[torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), positions=positions, bias=bias)
+        """``weights``: when a list, this block's attention weights are appended to it."""
+        normed = self.attn_norm(x)
+        if weights is None:
+            x = x + self.attn(normed, positions=positions, bias=bias)
+        else:
+            update, layer_weights = self.attn(
+                normed, positions=positions, bias=bias, return_weights=True
+            )
+            weights.append(layer_weights)
+            x = x + update
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -101,6 +114,9 @@ class TinyLM(nn.Module):
     3.4), so that an added unit-amplitude sinusoidal encoding does not swamp them; the same scale
     is used for every encoding so that the arms differ in their position encoding only.
     ``set_rope_scaling`` swaps the RoPE scaling used from the next forward on (no retraining).
+    ``forward(tokens, return_attention=True)`` also returns every layer's attention weights, the
+    softmax of the logits (ALiBi: equation (alibi-score) of chapter "ALiBi"), computed by the
+    same forward pass with the explicit softmax instead of SDPA.
     """
 
     def __init__(self, config: ModelConfig) -> None:
@@ -140,7 +156,13 @@ class TinyLM(nn.Module):
         for block in self.blocks:
             block.attn.rotary = rotary  # one parameter-free module shared by the layers
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, tokens: torch.Tensor, *, return_attention: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        """Logits ``(batch, seq, vocab_size)``; with ``return_attention=True`` the pair
+        ``(logits, weights)``, ``weights[layer]`` of shape ``(batch, heads, seq, seq)``: query
+        ``i``'s weight on key ``j`` (0 for ``j > i``; each row sums to 1), in the dtype of the
+        model. Raises ``ValueError`` for tokens that are not int64 ``(batch, seq)``."""
         if tokens.dim() != 2 or tokens.dtype != torch.long:
             raise ValueError(
                 f"tokens must be an int64 tensor of shape (batch, seq), got dtype {tokens.dtype} "
@@ -157,58 +179,31 @@ class TinyLM(nn.Module):
         bias = None
         if encoding == "alibi":
             bias = alibi_bias(self.config.num_heads, seq, device=x.device)  # (heads, seq, seq)
+        weights: list[torch.Tensor] | None = [] if return_attention else None
         for block in self.blocks:
-            x = block(x, positions, bias)
-        return F.linear(self.final_norm(x), self.embed.weight)  # tied output layer
+            x = block(x, positions, bias, weights)
+        logits = F.linear(self.final_norm(x), self.embed.weight)  # tied output layer
+        return logits if weights is None else (logits, tuple(weights))
 
 
 @torch.no_grad()
 def attention_probabilities(
     model: TinyLM, tokens: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every layer's per-head attention probabilities of ``model`` reading ``tokens``.
+    """Every layer's per-head attention probabilities of ``model`` reading ``tokens``, stacked.
 
-    Runs ``TinyLM.forward`` step by step with the same modules (its byte embedding, position
-    encoding, each ``Block``'s norms, MLP and ``SelfAttention`` weights, rotary module and RoPE
-    scaling in force) and asks ``rope_tutor.attention.attention`` for its weights,
-    ``softmax(q kᵀ / sqrt(head_dim) + bias)`` with the causal mask (chapter "Why position?"),
-    which the layer otherwise computes fused. ``tokens`` is int64 ``(batch, seq)``. Returns
-    ``(logits, weights)``: float32 ``(batch, seq, vocab_size)`` logits, equal to ``model(tokens)``
-    up to rounding (the tests check it), and float32 weights ``(num_layers, batch, heads, seq,
-    seq)``, where ``weights[l, b, h, i, j]`` is how much query ``i`` of head ``h`` in layer ``l``
-    attends to key ``j`` (each row sums to 1; 0 for ``j > i``). Raises ``ValueError`` like
-    ``forward`` for tokens that are not an int64 ``(batch, seq)`` tensor.
+    ``TinyLM.forward(tokens, return_attention=True)`` with its per-layer weights stacked into one
+    tensor: the layers' ``softmax(q kᵀ / sqrt(head_dim) + bias)`` with the causal mask (chapter
+    "Why position?"), which the layer otherwise computes fused. ``tokens`` is int64
+    ``(batch, seq)``. Returns ``(logits, weights)``: float32 ``(batch, seq, vocab_size)`` logits,
+    equal to ``model(tokens)`` up to rounding (the tests check it), and float32 weights
+    ``(num_layers, batch, heads, seq, seq)``, where ``weights[l, b, h, i, j]`` is how much query
+    ``i`` of head ``h`` in layer ``l`` attends to key ``j`` (each row sums to 1; 0 for ``j > i``).
+    Raises ``ValueError`` like ``forward`` for tokens that are not an int64 ``(batch, seq)`` tensor.
     """
-    if tokens.dim() != 2 or tokens.dtype != torch.long:
-        raise ValueError(
-            f"tokens must be an int64 tensor of shape (batch, seq), got dtype {tokens.dtype} "
-            f"and shape {tuple(tokens.shape)}"
-        )
-    config = model.config
-    batch, seq = tokens.shape
-    positions = torch.arange(seq, device=tokens.device)
-    x = model.embed(tokens) * math.sqrt(config.dim)  # (batch, seq, dim), as in forward
-    if config.encoding == "learned":
-        x = x + model.positional(positions)
-    elif config.encoding == "sinusoidal":
-        x = x + sinusoidal_encoding(seq, config.dim).to(x.device)
-    bias = None
-    if config.encoding == "alibi":
-        bias = alibi_bias(config.num_heads, seq, device=x.device)  # (heads, seq, seq)
-    maps = []
-    for block in model.blocks:
-        layer = block.attn
-        h = block.attn_norm(x)
-        q, k, v = layer.qkv(h).view(batch, seq, 3, layer.num_heads, layer.head_dim).unbind(dim=2)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (batch, heads, seq, head_dim)
-        if layer.rotary is not None:
-            q, k = layer.rotary(q, k, positions)
-        y, weights = attention(q, k, v, causal=layer.causal, bias=bias, return_weights=True)
-        maps.append(weights)
-        x = x + layer.out(y.transpose(1, 2).reshape(batch, seq, config.dim))
-        x = x + block.mlp(block.mlp_norm(x))
-    logits = F.linear(model.final_norm(x), model.embed.weight)
-    return logits, torch.stack(maps)
+    logits, weights = model(tokens, return_attention=True)
+    return logits, torch.stack(weights)
+
 
 def _saved_state(model: TinyLM) -> dict[str, torch.Tensor]:
     # The rotary module holds no parameters, only tables it can rebuild: leave it out.
