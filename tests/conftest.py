@@ -3,6 +3,8 @@ built website (used by test_site.py and test_browser.py)."""
 
 from __future__ import annotations
 
+import ast
+import json
 import os
 import shutil
 import subprocess
@@ -203,3 +205,21 @@ def built_site() -> Path:
     shutil.rmtree(SITE / "zh", ignore_errors=True)
     shutil.copytree(ZH_BUILD / "_build" / "html", SITE / "zh")
     return SITE
+
+
+def chapter_flipped(notebook: str) -> set[str]:
+    """The names in a chapter's ``FLIPPED = {...}`` (``notebook`` relative to the repository
+    root): the held-out verdicts the chapter reports as not kept. ``FLIPPED = set()`` is the
+    empty set; any other call is refused, so that the tests read a literal."""
+    cells = json.loads((ROOT / notebook).read_text(encoding="utf-8"))["cells"]
+    for cell in cells:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "code" and "FLIPPED =" in source:
+            for node in ast.walk(ast.parse(source)):
+                if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "FLIPPED":
+                    value = node.value
+                    if isinstance(value, ast.Call) and getattr(value.func, "id", "") == "set":
+                        assert not value.args, "FLIPPED = set(...) must be written as a literal"
+                        return set()
+                    return set(ast.literal_eval(value))
+    raise AssertionError(f"{notebook} names no FLIPPED set")

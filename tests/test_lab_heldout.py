@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import chapter_flipped
 
 from rope_tutor.lab.data import fixed_target_starts, heldout_windows, slice_windows
 from rope_tutor.lab.evaluate import fixed_target_losses, fixed_target_window_losses
@@ -213,22 +214,6 @@ TEMPERATURE_CLAIMS = {
 }
 
 
-def _fragile_named_by_the_chapter(name: str) -> set[str]:
-    """The names in the chapter's ``FLIPPED = {...}``: verdicts it reports as not kept."""
-    notebook = json.loads((BOOK_DIR / name).read_text(encoding="utf-8"))
-    for cell in notebook["cells"]:
-        source = "".join(cell["source"])
-        if cell["cell_type"] == "code" and "FLIPPED =" in source:
-            for node in ast.walk(ast.parse(source)):
-                if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "FLIPPED":
-                    value = node.value
-                    if isinstance(value, ast.Call) and getattr(value.func, "id", "") == "set":
-                        assert not value.args, "FLIPPED = set(...) must be written as a literal"
-                        return set()
-                    return set(ast.literal_eval(value))
-    raise AssertionError(f"{name} names no FLIPPED set")
-
-
 def test_every_non_tie_verdict_of_chapter_12_keeps_its_sign_on_the_heldout_sample() -> None:
     """Each verdict chapter 12 asserts as "better" or "worse", re-computed on the held-out
     windows (seed 2027) of the same three seeds: the mean difference over seeds and windows has
@@ -266,7 +251,7 @@ def test_every_non_tie_verdict_of_chapter_12_keeps_its_sign_on_the_heldout_sampl
         if (mean < 0) != (expected == "better"):
             flipped.add(label)
     assert checked >= 90
-    assert flipped == _fragile_named_by_the_chapter(name)
+    assert flipped == chapter_flipped(f"book/{name}")
 
 
 def test_more_methods_arms_are_what_their_names_say() -> None:
@@ -382,4 +367,4 @@ def test_every_non_tie_verdict_of_chapter_11_keeps_its_sign_on_the_heldout_sampl
         if (held > 0) != (interval.mean > 0):
             flipped.add(label)
     assert checked >= 50
-    assert flipped == _fragile_named_by_the_chapter("11_lab_train_short_test_long.ipynb")
+    assert flipped == chapter_flipped("book/11_lab_train_short_test_long.ipynb")

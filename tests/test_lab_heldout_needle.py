@@ -10,13 +10,13 @@ models in memory when they were trained (``heldout_needle.json``, ``needle.json`
 
 from __future__ import annotations
 
-import ast
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import chapter_flipped
 
 from rope_tutor.lab import load_model
 from rope_tutor.lab.data import fixed_target_windows, needle_batch
@@ -120,22 +120,6 @@ def test_saved_heldout_needle_run_reproduces_needle_json_in_the_window() -> None
         assert run["reproduction"]["max_abs"] == pytest.approx(worst, abs=1e-6)
 
 
-def _chapter_flipped() -> set[str]:
-    """The names in chapter 13's ``FLIPPED = {...}``: verdicts it reports as not kept."""
-    notebook = json.loads((BOOK_DIR / CHAPTER).read_text(encoding="utf-8"))
-    for cell in notebook["cells"]:
-        source = "".join(cell["source"])
-        if cell["cell_type"] == "code" and "FLIPPED =" in source:
-            for node in ast.walk(ast.parse(source)):
-                if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "FLIPPED":
-                    value = node.value
-                    if isinstance(value, ast.Call) and getattr(value.func, "id", "") == "set":
-                        assert not value.args, "FLIPPED = set(...) must be written as a literal"
-                        return set()
-                    return set(ast.literal_eval(value))
-    raise AssertionError(f"{CHAPTER} names no FLIPPED set")
-
-
 def _exact(run: dict, arm: str, m: int) -> np.ndarray:
     return np.array([int(c) == BOOK.needle_key_length for c in run["heldout"][arm][str(m)]], float)
 
@@ -188,7 +172,7 @@ def test_every_non_tie_verdict_of_chapter_13_keeps_its_sign_on_the_heldout_sampl
         if (held_diff > 0) != (interval.mean > 0):
             flipped.add(label)
     assert checked >= 30
-    assert flipped == _chapter_flipped()
+    assert flipped == chapter_flipped(f"book/{CHAPTER}")
 
     from rope_tutor.lab.heldout_needle import sample_verdicts  # the step's own family
 
