@@ -41,6 +41,12 @@ ifneq ($(filter x86_64 amd64 AMD64,$(shell uname -m)),)
 TEST_ISA := ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
 endif
 
+# The figures' other languages (rope_tutor.figures): `make execute` stores, beside each English
+# figure, the same figure with its words from rope_tutor/locale/zh_CN/*.po, which the Chinese
+# edition shows; `make test` draws them too (strict nbval compares their words). A reader's run
+# of a chapter leaves the variable unset and draws each figure once.
+FIGURE_LANGUAGES := ROPE_TUTOR_FIGURE_LANGUAGES=zh_CN
+
 .PHONY: book book-en book-zh gettext locales test quick lab execute lint clean browser reader \
 	gpu-bundle gpu-check real-gpu-bundle
 
@@ -117,7 +123,7 @@ reader: $(STAMP)
 # executes exactly once), and the site built from the outputs nbval has just verified.
 test: $(STAMP) browser reader
 	$(BIN)/ruff check rope_tutor tests book .ci
-	$(TEST_ISA) ROPE_TUTOR_FULL_RUN=1 ROPE_TUTOR_READER_SITE=$(abspath $(READER)/site) \
+	$(TEST_ISA) $(FIGURE_LANGUAGES) ROPE_TUTOR_FULL_RUN=1 ROPE_TUTOR_READER_SITE=$(abspath $(READER)/site) \
 	  PYTHONPATH=$(abspath $(READER)/site) $(BIN)/python -m pytest --durations=15 -rs tests $(READER)/chapters
 
 quick: $(STAMP)
@@ -129,7 +135,7 @@ lab: $(STAMP)
 
 execute: $(STAMP)
 	@test -n "$(NB)" || (echo "usage: make execute NB=book/<chapter>.ipynb" && exit 2)
-	env $(addprefix -u ,$(ISA_VARIABLES)) $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+	env $(addprefix -u ,$(ISA_VARIABLES)) $(FIGURE_LANGUAGES) $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 		--ExecutePreprocessor.timeout=600 --ExecutePreprocessor.kernel_name=python3 \
 		--ExecutePreprocessor.record_timing=False "$(NB)"
 

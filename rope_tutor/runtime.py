@@ -152,9 +152,17 @@ def glue(name: str, variable: Any, display: bool = True) -> None:
 
 
 def notebook_setup(seed: int = 0, *, threads: int | None = DEFAULT_THREADS) -> torch.device:
-    """Seed everything, pin threads, apply the book's plot style and return the device to use."""
+    """Seed everything, pin threads, apply the book's plot style and return the device to use.
+
+    When ``ROPE_TUTOR_FIGURE_LANGUAGES`` is set (by ``make execute`` and ``make test``, for the
+    book's Chinese edition), every figure shown from then on also stores its translation
+    (``rope_tutor.figures``); a reader's run leaves it unset and sees nothing of it.
+    """
+    from rope_tutor import figures
+
     seed_everything(seed, threads=threads)
     use_book_style()
+    figures.register_translations()
     return get_device()
 
 

@@ -5,14 +5,15 @@ notebooks (``execute_notebooks: "off"``). The Chinese one is the same build with
 variable ``ROPE_TUTOR_LANGUAGE=zh_CN`` (`make book-zh`): this extension then sets Sphinx's
 ``language`` before the documents are read, so Sphinx's own i18n replaces each message by its
 translation from ``locales/zh_CN/LC_MESSAGES/<docname>.po`` (compiled to ``.mo`` by Sphinx).
-Jupyter Book 1.x has no command-line option for ``language``, hence the variable. Four repairs
+Jupyter Book 1.x has no command-line option for ``language``, hence the variable. Five repairs
 make translated pages complete: the theme's and the extensions' own words ("Contents",
 "Solution", the search box) are loaded in the edition's language, with the project's own
 catalogues (``locales/zh_CN/LC_MESSAGES/booktheme.po`` and the like) for the words the packages
 leave untranslated; the table of contents' captions are translated, glued values
 (`` {glue:text}`key` ``) work inside translated messages, and the alt texts of the figures (set in
 a code cell's metadata) and of the animations (in an output's HTML) are extracted as messages and
-translated (see each function).
+translated, and each figure a notebook draws is shown in the edition's language, from the
+translated picture ``make execute`` stored beside the English one (see each function).
 
 The English site is ``_build/html``, the Chinese one ``_build/html/zh`` (see the Makefile). Every
 page gets, above its text, a link to the same page in the other edition, and a
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import gettext
 import html
+import json
 import os
 import re
 from pathlib import Path
@@ -63,6 +65,9 @@ def twin_href(pagename: str, current: str, other: str) -> str:
     return f"{up}{folder + '/' if folder else ''}{pagename}.html"
 
 
+#: How a notebook's JSON shows that it stores translated figures (``rope_tutor.figures``).
+FIGURE_MIME_TAG = "vnd.rope-tutor.figure-translation"
+
 #: The image types of the notebooks' outputs that the gettext builder must keep (see below).
 IMAGE_MIME_TYPES = ("image/svg+xml", "image/png", "image/jpeg", "image/gif")
 
@@ -83,6 +88,41 @@ def _extract_figure_alt_texts(config: Any) -> None:
     overrides = list(config.nb_mime_priority_overrides or [])
     overrides += [("gettext", mime, rank) for rank, mime in enumerate(IMAGE_MIME_TYPES, 1)]
     config.nb_mime_priority_overrides = overrides
+
+
+def figures_of_edition(notebook: dict[str, Any], language: str) -> int:
+    """Make each figure of a notebook (its JSON, changed in place) that of ``language``'s edition.
+
+    A figure stored by ``make execute`` carries its translated pictures beside the English one
+    (``rope_tutor.figures``): an output entry ``FIGURE_MIME`` whose metadata holds, per language,
+    an ``image/png``. For the Chinese edition that picture replaces the English ``image/png``;
+    every edition drops the entry itself, which no page shows. Returns the number of pictures
+    replaced. A figure without a picture of the edition's language is left English: the tests
+    (``tests/test_figure_words.py``) see to it that none is.
+    """
+    from rope_tutor.figures import FIGURE_MIME
+
+    replaced = 0
+    for cell in notebook.get("cells", []):
+        for output in cell.get("outputs", []):
+            data, metadata = output.get("data", {}), output.get("metadata", {})
+            pictures = metadata.pop(FIGURE_MIME, {})
+            if data.pop(FIGURE_MIME, None) is None:
+                continue
+            picture = pictures.get(language, {}).get("image/png")
+            if picture is not None and "image/png" in data:
+                data["image/png"] = picture
+                replaced += 1
+    return replaced
+
+
+def _figures_in_edition_language(app: Any, docname: str, source: list[str]) -> None:
+    """``source-read``: a notebook's figures in the language being built (see above)."""
+    if not str(app.env.doc2path(docname)).endswith(".ipynb") or FIGURE_MIME_TAG not in source[0]:
+        return
+    notebook = json.loads(source[0])
+    figures_of_edition(notebook, edition(app.config.language))
+    source[0] = json.dumps(notebook, ensure_ascii=False)
 
 
 def _set_language(app: Any, config: Any) -> None:
@@ -330,6 +370,7 @@ def setup(app: Any) -> dict[str, Any]:
     # format is made from a translated word there)
     app.connect("config-inited", _set_language, priority=100)
     _glue_lookup_for_translations()
+    app.connect("source-read", _figures_in_edition_language)
     app.connect("doctree-read", _translate_toctree_captions)
     app.connect("doctree-read", _raw_html_alt_texts)
     app.connect("html-page-context", _language_links)

@@ -7,11 +7,13 @@ Run once from the repository root, after changing the figure or the package:
 Left: RoPE rotates a 2-D query by R(m θ) at position m (rt.rope_matrix, counter-clockwise).
 Right: the wavelengths 2π/θ_i of a 128-wide head under three context-extension methods of
 Part IV (rt.rope_parameters, Hugging Face's rope_scaling dicts), against the original context.
-The PNG is committed, so the site needs neither this script nor a network to show it.
+The PNG is committed, so the site needs neither this script nor a network to show it; so is its
+Chinese twin, intro_rope_and_scaling.zh_CN.png, drawn with the words of rope_tutor/locale/zh_CN/.
 """
 
 from __future__ import annotations
 
+import base64
 import math
 from pathlib import Path
 
@@ -22,12 +24,16 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 import rope_tutor as rt  # noqa: E402
+from rope_tutor import figures  # noqa: E402
 
 OUT = Path(__file__).with_name("intro_rope_and_scaling.png")
+LANGUAGE = "zh_CN"
+TWIN = OUT.with_suffix(f".{LANGUAGE}.png")
 HEAD_DIM, BASE, FACTOR, CONTEXT = 128, 10000.0, 4.0, 4096
 
 
-def main() -> None:
+def draw() -> plt.Figure:
+    """The figure, in English."""
     fig, (ax_rot, ax_wave) = plt.subplots(
         1, 2, figsize=(10, 4.0), gridspec_kw={"width_ratios": [1, 1.6]}, constrained_layout=True
     )
@@ -70,8 +76,21 @@ def main() -> None:
     ax_wave.set_ylabel(r"wavelength $2\pi/\theta_i$ (tokens)")
     ax_wave.set_title(f"Stretching the context: wavelengths, $d_h$ = {HEAD_DIM}, $b$ = {BASE:g}")
     ax_wave.legend(fontsize=8, loc="upper left")
+    return fig
+
+
+def main() -> None:
+    fig = draw()
     fig.savefig(OUT, dpi=110)
     print(f"wrote {OUT}")
+    # The Chinese edition's twin: Sphinx shows <name>.<language>.png on that edition's page
+    # (figure_language_filename); its words come from rope_tutor/locale/zh_CN/ (rope_tutor.figures).
+    picture, pairs = figures.translate_figure(fig, LANGUAGE, dpi=110, bbox_inches=None)
+    untranslated = [english for english, translation in pairs if translation is None]
+    if untranslated:
+        raise SystemExit(f"no {LANGUAGE} translation of {untranslated}: see rope_tutor/figures.py")
+    TWIN.write_bytes(base64.b64decode(picture))
+    print(f"wrote {TWIN}")
 
 
 if __name__ == "__main__":
