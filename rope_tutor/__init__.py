@@ -10,6 +10,7 @@ from rope_tutor import palette
 from rope_tutor.attention import SelfAttention, attention, causal_mask
 from rope_tutor.runtime import (
     animation_html,
+    show_animation,
     get_device,
     glue,
     notebook_setup,

@@ -47,6 +47,7 @@ __all__ = [
     "register_translations",
     "requested_languages",
     "translate_figure",
+    "translated",
 ]
 
 #: The environment variable that asks for the figures' other languages (comma-separated).
@@ -62,21 +63,26 @@ _FONT_HINT = {
 #: Words a translated figure keeps as they are: names of methods, models, libraries and units.
 KEPT_WORDS = frozenset(
     """
-    RoPE NoPE ALiBi PI NTK NTK-aware YaRN LongRoPE Llama SmolLM SmolLM2 GPT T5 BERT PaLM GQA MHA
-    CPU GPU CUDA AVX AVX2 AVX-512 H100 H200 HBM DRAM PyTorch Triton Liger flash-attn transformers
-    HF Hugging Face GGUF fp32 fp16 bf16 float32 float16 bfloat16 float64 NaN
-    ms µs ns GB MB KB GiB MiB TB nats bits dB
+    RoPE NoPE ALiBi PI NTK NTK-aware YaRN LongRoPE Llama Llama-3-8B SmolLM SmolLM2 SmolLM2-135M
+    GPT T5 BERT PaLM GQA MHA Meta CPU GPU CUDA AVX AVX2 AVX-512 H100 H200 HBM DRAM
+    PyTorch Triton Liger flash-attn transformers sympy numpy HF Hugging Face GGUF
+    fp32 fp16 bf16 float32 float16 bfloat16 float64 NaN
+    ms µs ns GB MB KB GiB MiB TB Gop nats bits dB
+    sin cos exp PE RMS logit clone GPT-J GPT-NeoX RoFormer
     """.split()
 )
+#: Code and numbers, which stay as written: a name with an underscore or a dot (``copy_``,
+#: ``torch.compile``, ``expr.py``, ``β_fast``), a call (``clone()``), a number in e-notation.
+_CODE = re.compile(r"\S*_\S*|\w+(?:\.\w+)+|\w+\(\)|\b\d+(?:\.\d+)?e[-+−]?\d+\b")
 _MATH = re.compile(r"(?<!\\)\$.*?(?<!\\)\$")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9'’-]*[A-Za-z0-9]|[A-Za-z]")
 
 
 def english_words(text: str) -> list[str]:
     """The words of ``text`` that a translation must replace: runs of two or more Latin letters
-    outside ``$...$`` that are not in :data:`KEPT_WORDS` (``"dynamic NTK, $s_d$ = 2"`` ->
-    ``["dynamic"]``)."""
-    words = _WORD.findall(_MATH.sub(" ", text))
+    outside ``$...$`` and code that are not in :data:`KEPT_WORDS` (``"dynamic NTK, $s_d$ = 2"``
+    -> ``["dynamic"]``)."""
+    words = _WORD.findall(_CODE.sub(" ", _MATH.sub(" ", text)))
     return [w for w in words if len(w) > 1 and w not in KEPT_WORDS and not _is_symbol(w)]
 
 
@@ -207,18 +213,15 @@ def _words_replaced(fig: Any, translate: Any) -> Iterator[None]:
             setattr(axis, f"isDefault_{which[:3]}fmt", default)
 
 
-def translate_figure(
-    fig: Any, language: str, **savefig: Any
-) -> tuple[str, list[list[str | None]]]:
-    """Draw ``fig`` again with its words in ``language``: (PNG as base64, word pairs).
+@contextmanager
+def translated(fig: Any, language: str) -> Iterator[dict[str, str | None]]:
+    """Within the block, ``fig`` draws its words in ``language``, in that language's font.
 
-    Drawn as the notebook draws its English figure (IPython's ``print_figure``, with
-    ``bbox_inches="tight"``); ``savefig`` keywords (``dpi=110``, ``bbox_inches=None``) override.
-    The pairs are ``[English text, translation or None]`` for every text of the figure that has
-    :func:`english_words`, sorted and each once. The figure is left as it was. Raises
-    ``RuntimeError`` when the font lacks a glyph of a translation, or when no font is installed.
+    Yields the dict of texts met so far (English -> translation, ``None`` when the catalogue has
+    none), filled as the figure is drawn. The figure is left as it was. Raises ``RuntimeError``
+    on leaving the block when the font lacked a glyph of a drawn text, or on entering it when no
+    font is installed.
     """
-    from IPython.core.pylabtools import print_figure
     from matplotlib import rc_context
 
     if language not in FONTS:
@@ -240,11 +243,28 @@ def translate_figure(
         warnings.catch_warnings(record=True) as caught,
     ):
         warnings.simplefilter("always")
-        png = print_figure(fig, fmt="png", base64=True, **{"bbox_inches": "tight", **savefig})
+        yield pairs
     # Any other warning of this drawing was the English drawing's too, and was shown then.
     missing = sorted({str(w.message) for w in caught if "missing from font" in str(w.message)})
     if missing:
         raise RuntimeError(f"{language} figure: {'; '.join(missing)}")
+
+
+def translate_figure(
+    fig: Any, language: str, **savefig: Any
+) -> tuple[str, list[list[str | None]]]:
+    """Draw ``fig`` again with its words in ``language``: (PNG as base64, word pairs).
+
+    Drawn as the notebook draws its English figure (IPython's ``print_figure``, with
+    ``bbox_inches="tight"``); ``savefig`` keywords (``dpi=110``, ``bbox_inches=None``) override.
+    The pairs are ``[English text, translation or None]`` for every text of the figure that has
+    :func:`english_words`, sorted. The figure is left as it was. Raises ``RuntimeError`` when
+    the font lacks a glyph of a translation, or when no font is installed.
+    """
+    from IPython.core.pylabtools import print_figure
+
+    with translated(fig, language) as pairs:
+        png = print_figure(fig, fmt="png", base64=True, **{"bbox_inches": "tight", **savefig})
     return png, [[en, pairs[en]] for en in sorted(pairs)]
 
 

@@ -203,3 +203,30 @@ def animation_html(animation: Any, alt: str, **to_jshtml: Any) -> str:
         raise RuntimeError("matplotlib's animation player changed: it still loads remote assets")
     escaped = alt.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
     return html.replace("<img id=", f'<img alt="{escaped}" id=', 1)
+
+
+def show_animation(animation: Any, alt: str, **to_jshtml: Any) -> None:
+    """Show :func:`animation_html`'s player in the notebook, and its translations for the book.
+
+    With ``ROPE_TUTOR_FIGURE_LANGUAGES`` set (``make execute``), the output also stores the player
+    drawn with the words of each language (``rope_tutor.figures``, as for a figure: the pairs in
+    its data, the player's HTML in its metadata), which the book's edition in that language shows.
+    """
+    from IPython.display import display
+
+    from rope_tutor import figures
+
+    fig = animation._fig  # matplotlib's Animation keeps the figure it draws on
+    vars(animation).pop("_html_representation", None)  # to_jshtml caches its first player
+    bundle: dict[str, Any] = {"text/html": animation_html(animation, alt, **to_jshtml)}
+    metadata: dict[str, Any] = {}
+    for language in figures.requested_languages():
+        vars(animation).pop("_html_representation", None)
+        with figures.translated(fig, language) as pairs:
+            player = animation_html(animation, alt, **to_jshtml)
+        bundle.setdefault(figures.FIGURE_MIME, {})[language] = [
+            [english, pairs[english]] for english in sorted(pairs)
+        ]
+        metadata.setdefault(figures.FIGURE_MIME, {})[language] = {"text/html": player}
+    display(bundle, raw=True, metadata=metadata)
+

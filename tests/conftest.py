@@ -99,6 +99,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # The stored figures carry their Chinese words (rope_tutor.figures), which strict nbval
+    # compares: the kernels it starts must draw them too, whoever runs pytest.
+    os.environ.setdefault("ROPE_TUTOR_FIGURE_LANGUAGES", "zh_CN")
     # A plain `pytest` (the default testpaths) or `make test` must collect every notebook.
     config.stash[FULL_RUN] = (
         config.args_source == pytest.Config.ArgsSource.TESTPATHS

@@ -43,7 +43,7 @@ def _figure_outputs(notebook: dict) -> list[dict]:
         for cell in notebook["cells"]
         if cell["cell_type"] == "code"
         for output in cell.get("outputs", [])
-        if "image/png" in output.get("data", {})
+        if "image/png" in output.get("data", {}) or figures.FIGURE_MIME in output.get("data", {})
     ]
 
 
@@ -68,9 +68,12 @@ def _font_charmap() -> set[int]:
         ("RoPE", []),
         ("2L", []),
         ("$d_h$ = 128, L1 error", ["error"]),
-        ("位置（token）", []),
+        ("位置（词元）", []),
+        ("位置（token）", ["token"]),
         ("动态 NTK，$s_d$ = 2", []),
         ("in", ["in"]),
+        ("copy_ and torch.compile, 3.6e-04 s", ["and"]),
+        ("β_fast = 32 (turns)", ["turns"]),
     ],
 )
 def test_english_words(text: str, words: list[str]) -> None:
@@ -127,7 +130,7 @@ def test_a_figure_is_drawn_with_its_words_translated_and_left_as_it_was(
     words = {
         "dynamic NTK, $s_d$ = 2": "动态 NTK，$s_d$ = 2",
         "short": "短",
-        "position (tokens)": "位置（token）",
+        "position (tokens)": "位置（词元）",
         "How far it turns": "转过多远",
     }
     monkeypatch.setattr(figures, "catalogue", lambda language: words)
@@ -178,10 +181,11 @@ def test_every_figure_of_the_chapter_has_its_chinese_picture_and_words(chapter: 
     for number, output in enumerate(outputs, 1):
         entry = output["data"].get(figures.FIGURE_MIME, {}).get(LANGUAGE)
         picture = output.get("metadata", {}).get(figures.FIGURE_MIME, {}).get(LANGUAGE, {})
-        if entry is None or "image/png" not in picture:
+        mime = "image/png" if "image/png" in output["data"] else "text/html"  # or an animation
+        if entry is None or mime not in picture:
             problems.append(f"figure {number}: no {LANGUAGE} picture (make execute NB={chapter})")
             continue
-        if picture["image/png"] == output["data"]["image/png"]:
+        if picture[mime] == output["data"][mime]:
             problems.append(f"figure {number}: the {LANGUAGE} picture is the English one")
         for english, translation in entry:
             if translation is None:
@@ -201,7 +205,7 @@ def test_every_figure_of_the_chapter_has_its_chinese_picture_and_words(chapter: 
 def test_each_edition_is_shown_its_own_figure() -> None:
     languages = _languages_extension()
     notebook = json.loads((BOOK / "09_ntk_aware.ipynb").read_text(encoding="utf-8"))
-    english = _figure_outputs(notebook)
+    english = [o for o in _figure_outputs(notebook) if "image/png" in o["data"]]
     originals = [o["data"]["image/png"] for o in english]
     pictures = [o["metadata"][figures.FIGURE_MIME][LANGUAGE]["image/png"] for o in english]
     chinese = json.loads(json.dumps(notebook))
@@ -238,3 +242,27 @@ def test_the_landing_figure_has_a_chinese_twin() -> None:
     assert module.TWIN.name == f"intro_rope_and_scaling.{LANGUAGE}.png"  # figure_language_filename
     words = figures.catalogue(LANGUAGE)
     assert not [w for w in _intro_figure_words() if w not in words]
+
+
+def test_an_animation_carries_its_translated_player(monkeypatch: pytest.MonkeyPatch) -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+    from matplotlib.animation import FuncAnimation
+
+    import rope_tutor as rt
+
+    InteractiveShell.instance()
+    monkeypatch.setattr(figures, "catalogue", lambda language: {"feature one": "特征一"})
+    monkeypatch.setenv(figures.LANGUAGES_VARIABLE, LANGUAGE)
+    fig, ax = plt.subplots(figsize=(2, 2), dpi=30)
+    ax.set_xlabel("feature one")
+    (line,) = ax.plot([], [])
+    animation = FuncAnimation(fig, lambda t: line.set_data([0, t], [0, t]), frames=2)
+    with capture_output() as captured:
+        rt.show_animation(animation, "a line grows")
+    (output,) = captured.outputs
+    assert output.data[figures.FIGURE_MIME] == {LANGUAGE: [["feature one", "特征一"]]}
+    player = output.metadata[figures.FIGURE_MIME][LANGUAGE]["text/html"]
+    assert 'alt="a line grows"' in player and player != output.data["text/html"]
+    assert ax.get_xlabel() == "feature one"
+    plt.close(fig)

@@ -250,3 +250,71 @@ def test_twin_links_resolve_to_the_same_page_in_the_other_edition() -> None:
     assert languages.edition(None) == "en" and languages.edition("zh_CN") == "zh_CN"
     with pytest.raises(ValueError, match="ROPE_TUTOR_LANGUAGE='fr'"):
         languages.edition("fr")
+
+
+# --- One term for one idea: the glossary's table of English and Chinese terms is the authority ---
+
+GLOSSARY = ROOT / "book" / "glossary.md"
+FIGURE_CATALOGUES = ROOT / "rope_tutor" / "locale" / "zh_CN"
+#: For a term of the glossary's table, the other renderings the Chinese edition once used for the
+#: same idea, which no page may use any more (a pattern each, matched outside code and math).
+VARIANTS = {
+    "调整基频": [r"调整底数频率"],
+    "融合内核": [r"融合算子"],
+    "实验": [r"实验课"],
+    "教师强制": [r"(?i)teacher[- ]forc"],
+    "检查器": [r"检验器"],
+    "合理性检查": [r"健全性检查"],
+    "单元格": [r"代码单元(?!格)"],
+    "本包": [r"本书的包", r"配套包"],
+    "固定目标协议": [r"固定目标评估"],
+    "扩展因子": [r"扩展倍数"],
+    "即时执行模式（eager）": [r"eager ?模式"],
+}
+_CODE_AND_MATH = re.compile(r"`[^`]*`|\$\$?[^$]+\$\$?")
+
+
+def glossary_terms() -> dict[str, str]:
+    """The glossary's table "English and Chinese terms": English -> Chinese."""
+    text = GLOSSARY.read_text(encoding="utf-8").split("## English and Chinese terms", 1)[1]
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    rows = [line.strip().strip("|").split("|") for line in lines]
+    return {english.strip(): chinese.strip() for english, chinese, _ in rows[1:]}
+
+
+def all_catalogues() -> dict[str, Catalog]:
+    """Every catalogue of the Chinese edition: the pages' and the figures' words."""
+    paths = sorted(LOCALE.rglob("*.po")) + sorted(FIGURE_CATALOGUES.glob("*.po"))
+    return {str(path.relative_to(ROOT)): read_po(path.open("rb")) for path in paths}
+
+
+def term_variants_used(catalogues: dict[str, Catalog]) -> list[str]:
+    found = []
+    for name, cat in catalogues.items():
+        for message in cat:
+            if not message.id or not message.string or message.string == message.id:
+                continue  # a text kept in English (the glossary table's English column)
+            text = _CODE_AND_MATH.sub(" ", message.string)
+            for term, patterns in VARIANTS.items():
+                for pattern in patterns:
+                    if re.search(pattern, text):
+                        found.append(f"{name}: {pattern!r} for {term} in {message.string[:60]!r}")
+    return found
+
+
+def test_every_term_with_variants_is_in_the_glossary_table() -> None:
+    chinese = glossary_terms().values()
+    assert [term for term in VARIANTS if not any(term in row for row in chinese)] == []
+
+
+def test_every_page_and_figure_uses_the_glossary_term() -> None:
+    assert term_variants_used(all_catalogues()) == []
+
+
+def test_the_term_check_can_fail() -> None:
+    cat = Catalog(locale="zh_CN")
+    cat.add("Fused kernels", "融合算子")
+    cat.add("the `eager mode` code", "代码 `eager 模式`")  # inside code: allowed
+    cat.add("cell", "下一个代码单元格")
+    found = term_variants_used({"test.po": cat})
+    assert len(found) == 1 and "融合算子" in found[0]

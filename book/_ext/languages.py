@@ -95,7 +95,8 @@ def figures_of_edition(notebook: dict[str, Any], language: str) -> int:
 
     A figure stored by ``make execute`` carries its translated pictures beside the English one
     (``rope_tutor.figures``): an output entry ``FIGURE_MIME`` whose metadata holds, per language,
-    an ``image/png``. For the Chinese edition that picture replaces the English ``image/png``;
+    an ``image/png`` (an animation: its player's ``text/html``). For the Chinese edition that
+    picture replaces the English one;
     every edition drops the entry itself, which no page shows. Returns the number of pictures
     replaced. A figure without a picture of the edition's language is left English: the tests
     (``tests/test_figure_words.py``) see to it that none is.
@@ -109,10 +110,10 @@ def figures_of_edition(notebook: dict[str, Any], language: str) -> int:
             pictures = metadata.pop(FIGURE_MIME, {})
             if data.pop(FIGURE_MIME, None) is None:
                 continue
-            picture = pictures.get(language, {}).get("image/png")
-            if picture is not None and "image/png" in data:
-                data["image/png"] = picture
-                replaced += 1
+            for mime, picture in pictures.get(language, {}).items():  # image/png, or an
+                if mime in data:  # animation's player (text/html)
+                    data[mime] = picture
+                    replaced += 1
     return replaced
 
 
@@ -134,6 +135,38 @@ def _set_language(app: Any, config: Any) -> None:
         # loaded, in the language of conf; set them up again in the edition's language.
         app._init_i18n()
         _load_extension_catalogs(app, config)
+        if config.language == "zh_CN":
+            _chinese_citations_and_author(config)
+
+
+#: How the Chinese edition joins authors' names in a citation (English: ", ", " and ", " et al.").
+CHINESE_NAMES = {"sep": "、", "sep2": " 和 ", "last_sep": " 和 ", "other": " 等人"}
+
+
+def _chinese_citations_and_author(config: Any) -> None:
+    """Citations and the footer in Chinese words.
+
+    sphinxcontrib-bibtex writes ``{cite:t}`` from its style, not from a message: "Su et al.
+    [2021]" would stand in Chinese prose beside a translated "Shaw 等人". The Chinese edition
+    gets the author-year style with Chinese joining words (:data:`CHINESE_NAMES`): "Su 等人
+    [2021]", "Press 和 Lewis [2022]". The footer's author ("作者：…") is ``config.author``.
+    """
+    from dataclasses import dataclass, field
+
+    from sphinxcontrib.bibtex.plugin import register_plugin
+    from sphinxcontrib.bibtex.style.referencing import PersonStyle
+    from sphinxcontrib.bibtex.style.referencing.author_year import AuthorYearReferenceStyle
+
+    @dataclass
+    class ChineseAuthorYearReferenceStyle(AuthorYearReferenceStyle):
+        person: PersonStyle = field(default_factory=lambda: PersonStyle(**CHINESE_NAMES))
+
+    name = f"{config.bibtex_reference_style}_zh_CN"
+    register_plugin(
+        "sphinxcontrib.bibtex.style.referencing", name, ChineseAuthorYearReferenceStyle, force=True
+    )
+    config.bibtex_reference_style = name
+    config.author = "rope-tutor 作者团队"
 
 
 def _extension_catalogs() -> dict[str, Path]:
