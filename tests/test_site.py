@@ -153,3 +153,27 @@ def test_the_chinese_edition_shows_the_themes_words_in_chinese(built_site: Path)
     for word, translation in THEME_WORDS.items():
         assert word in english, f"{word!r} is no longer on the English page: update the test"
         assert translation in chinese and word not in chinese, f"{word!r} untranslated"
+
+
+#: An image a notebook's output became on a page (myst-nb names it by its content's hash).
+OUTPUT_IMAGE = re.compile(r'<img[^>]+src="[^"]*_images/([0-9a-f]{64}\.png)"')
+
+
+@pytest.mark.slow
+def test_each_edition_shows_its_own_figures(built_site: Path) -> None:
+    """Every figure a chapter draws is a different picture on its Chinese page (the one
+    rope_tutor.figures stored, with Chinese words) than on its English page; so is the landing
+    page's (Sphinx's <name>.zh_CN.png)."""
+    shared = {}
+    for name in toc_notebooks():
+        page = Path(name).with_suffix(".html").as_posix()
+        english = set(OUTPUT_IMAGE.findall((built_site / page).read_text(encoding="utf-8")))
+        chinese = set(OUTPUT_IMAGE.findall((built_site / "zh" / page).read_text(encoding="utf-8")))
+        assert len(english) == len(chinese), f"{page}: {len(english)} figures, {len(chinese)} in zh"
+        if english & chinese:
+            shared[page] = sorted(english & chinese)
+    assert shared == {}, "figures the Chinese edition shows in English"
+    landing = (built_site / "zh" / "book" / "intro.html").read_text(encoding="utf-8")
+    assert "intro_rope_and_scaling.zh_CN.png" in landing
+    english = (built_site / "book" / "intro.html").read_text(encoding="utf-8")
+    assert "intro_rope_and_scaling.zh_CN.png" not in english

@@ -318,3 +318,34 @@ def test_the_term_check_can_fail() -> None:
     cat.add("cell", "下一个代码单元格")
     found = term_variants_used({"test.po": cat})
     assert len(found) == 1 and "融合算子" in found[0]
+
+
+# --- Emphasis that renders: CommonMark closes ``**`` only where it is "right-flanking" ----------
+
+def literal_asterisks(markdown: str) -> list[str]:
+    """The text runs with a ``*`` left over when ``markdown`` is rendered (math set aside).
+
+    CommonMark (myst's parser) closes ``**`` after punctuation only when a space or punctuation
+    follows: English writes "**Setup:** text", but Chinese "**设定：**文字" shows its asterisks.
+    """
+    from markdown_it import MarkdownIt
+
+    text = re.sub(r"\$\$?[^$]+\$\$?", "M", markdown)
+    tokens = MarkdownIt("commonmark").parseInline(text)
+    runs = [child for token in tokens for child in (token.children or []) if child.type == "text"]
+    return [run.content for run in runs if "*" in run.content]
+
+
+def test_every_emphasis_of_a_translation_renders() -> None:
+    found = []
+    for name, cat in all_catalogues().items():
+        for message in cat:
+            if message.id and message.string and message.string != message.id:
+                if literal_asterisks(message.string) and not literal_asterisks(message.id):
+                    found.append(f"{name}: {message.string[:70]!r}")
+    assert found == []
+
+
+def test_the_emphasis_check_can_fail() -> None:
+    assert literal_asterisks("**设定：**文字")
+    assert not literal_asterisks("**设定**：文字") and not literal_asterisks("**Setup:** text")
