@@ -218,7 +218,10 @@ def show_animation(animation: Any, alt: str, **to_jshtml: Any) -> None:
 
     fig = animation._fig  # matplotlib's Animation keeps the figure it draws on
     vars(animation).pop("_html_representation", None)  # to_jshtml caches its first player
-    bundle: dict[str, Any] = {"text/html": animation_html(animation, alt, **to_jshtml)}
+    bundle: dict[str, Any] = {  # text/plain: what a front end (or a builder) without HTML shows
+        "text/html": animation_html(animation, alt, **to_jshtml),
+        "text/plain": f"<animation: {alt}>",
+    }
     metadata: dict[str, Any] = {}
     for language in figures.requested_languages():
         vars(animation).pop("_html_representation", None)
