@@ -43,11 +43,15 @@ __all__ = [
     "KEPT_WORDS",
     "LANGUAGES_VARIABLE",
     "catalogue",
+    "catalogue_files",
+    "catalogue_folder",
     "english_words",
     "register_translations",
     "requested_languages",
+    "stored_words",
     "translate_figure",
     "translated",
+    "update_catalogues",
 ]
 
 #: The environment variable that asks for the figures' other languages (comma-separated).
@@ -107,10 +111,15 @@ def requested_languages() -> tuple[str, ...]:
     return languages
 
 
-def catalogue_files(language: str) -> list[Path]:
-    """The ``.po`` files of ``language``'s figure words, shipped in the package."""
-    folder = files("rope_tutor") / "locale" / language
-    return sorted(Path(str(p)) for p in folder.iterdir() if p.name.endswith(".po"))
+def catalogue_folder(language: str) -> Path:
+    """Where ``language``'s figure words are: ``rope_tutor/locale/<language>/``, in the package."""
+    return Path(str(files("rope_tutor") / "locale" / language))
+
+
+def catalogue_files(language: str, folder: Path | None = None) -> list[Path]:
+    """The ``.po`` files of ``language``'s figure words in ``folder`` (default: the package's)."""
+    folder = catalogue_folder(language) if folder is None else Path(folder)
+    return sorted(p for p in folder.iterdir() if p.name.endswith(".po"))
 
 
 @functools.cache
@@ -186,7 +195,7 @@ def _words_replaced(fig: Any, translate: Any) -> Iterator[None]:
     tick_texts: set[int] = set()
     swapped: list[tuple[Any, str, Any, bool]] = []
     for ax in fig.axes:
-        for axis in ax._axis_map.values():  # x, y (and z): every axis of the Axes
+        for axis in [ax.xaxis, ax.yaxis, *([ax.zaxis] if hasattr(ax, "zaxis") else [])]:
             for which in ("major", "minor"):
                 ticker = getattr(axis, which)
                 default = getattr(axis, f"isDefault_{which[:3]}fmt")
@@ -322,7 +331,9 @@ def stored_words(notebook: dict[str, Any], language: str) -> list[list[str | Non
     return [[english, translation] for english, translation in pairs.items()]
 
 
-def update_catalogues(notebooks: list[Path], language: str) -> dict[str, list[str]]:
+def update_catalogues(
+    notebooks: list[Path], language: str, folder: Path | None = None
+) -> dict[str, list[str]]:
     """Add to ``rope_tutor/locale/<language>/`` every figure text of ``notebooks`` that no
     catalogue has yet, with an empty translation for a translator to fill in.
 
@@ -330,7 +341,7 @@ def update_catalogues(notebooks: list[Path], language: str) -> dict[str, list[st
     in several goes to ``common.po``. Run after ``make execute`` (whose stored figures list their
     texts), then translate, then ``make execute`` again. Returns, per file, the texts added, and
     under ``"unused"`` the catalogue's texts that no notebook shows any more (left for a person to
-    remove).
+    remove). ``folder`` defaults to the package's ``rope_tutor/locale/<language>/``.
     """
     import json
 
@@ -342,10 +353,10 @@ def update_catalogues(notebooks: list[Path], language: str) -> dict[str, list[st
         notebook = json.loads(Path(path).read_text(encoding="utf-8"))
         for english, _ in stored_words(notebook, language):
             seen.setdefault(english, []).append(Path(path).stem)
-    folder = Path(str(files("rope_tutor") / "locale" / language))
+    folder = catalogue_folder(language) if folder is None else Path(folder)
     known: set[str] = set()
     catalogues: dict[str, Catalog] = {}
-    for path in catalogue_files(language):
+    for path in catalogue_files(language, folder):
         with path.open("rb") as handle:
             catalogues[path.stem] = read_po(handle, locale=language)
         known.update(message.id for message in catalogues[path.stem] if message.id)

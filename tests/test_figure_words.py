@@ -266,3 +266,31 @@ def test_an_animation_carries_its_translated_player(monkeypatch: pytest.MonkeyPa
     assert 'alt="a line grows"' in player and player != output.data["text/html"]
     assert ax.get_xlabel() == "feature one"
     plt.close(fig)
+
+
+def test_new_figure_texts_go_to_their_chapter_or_to_common(tmp_path: Path) -> None:
+    from babel.messages.catalog import Catalog
+    from babel.messages.pofile import read_po, write_po
+
+    def notebook(name: str, pairs: list[list[str | None]]) -> Path:
+        output = {"output_type": "display_data", "metadata": {}, "data": {
+            "image/png": "", figures.FIGURE_MIME: {LANGUAGE: pairs}}}
+        path = tmp_path / f"{name}.ipynb"
+        path.write_text(json.dumps({"cells": [{"cell_type": "code", "outputs": [output]}]}))
+        return path
+
+    folder = tmp_path / "locale"
+    folder.mkdir()
+    known = Catalog(locale=LANGUAGE)
+    known.add("key position", "键的位置")
+    known.add("gone", "已删除")
+    with (folder / "common.po").open("wb") as handle:
+        write_po(handle, known)
+    first = notebook("01_a", [["key position", "键的位置"], ["shared", None], ["only a", None]])
+    second = notebook("02_b", [["shared", None], ["only b", None]])
+    report = figures.update_catalogues([first, second], LANGUAGE, folder)
+    expected = {"01_a": ["only a"], "common": ["shared"], "02_b": ["only b"], "unused": ["gone"]}
+    assert report == expected
+    common = read_po((folder / "common.po").open("rb"))
+    assert common["key position"].string == "键的位置" and common["shared"].string == ""
+    assert [m.id for m in read_po((folder / "01_a.po").open("rb")) if m.id] == ["only a"]
