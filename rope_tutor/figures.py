@@ -2,9 +2,9 @@
 
 A chapter draws each figure once, in English, and shows it with ``plt.show()``. When the
 environment variable ``ROPE_TUTOR_FIGURE_LANGUAGES`` names a language (``zh_CN``; ``make execute``
-and ``make test`` set it, a reader's notebook never needs it), :func:`rope_tutor.notebook_setup`
-calls :func:`register_translations`. From then on, every figure a cell shows is drawn a second
-time, with
+and ``make test`` set it, a reader's notebook never needs it),
+:func:`~rope_tutor.runtime.notebook_setup` calls :func:`register_translations`. From then on,
+every figure a cell shows is drawn a second time, with
 
 - every word it shows (titles, axis titles, legends, annotations, worded tick labels) replaced by
   its translation from the catalogue ``rope_tutor/locale/<language>/*.po``, whose ``msgid`` is
