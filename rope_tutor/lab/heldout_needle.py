@@ -54,6 +54,7 @@ __all__ = [
     "FINETUNE_BASE",
     "comparisons",
     "heldout_needle",
+    "heldout_needle_arm",
     "heldout_needle_seed",
     "heldout_rates",
     "sample_verdicts",
@@ -104,12 +105,14 @@ def _differences(saved: dict[str, Any], again: dict[str, Any]) -> float:
     return max(abs(a - b) for a, b in pairs if a is not None and b is not None)
 
 
-def _reproduction(book: dict[str, Any], out_dir: Path) -> dict[str, Any]:
-    """How this run's book-needle scores compare with ``needle.json`` in ``out_dir``: the largest
+def _reproduction(
+    book: dict[str, Any], out_dir: Path, file: str = "needle.json", trained: str = "rope"
+) -> dict[str, Any]:
+    """How this run's book-needle scores compare with ``file`` in ``out_dir``: the largest
     |difference| of any fraction (exact match, per letter, per depth quarter) over the arms and
     lengths both have, how many measurements differ at all, and the final training loss's
-    difference. Empty when the file is not there."""
-    path = out_dir / "needle.json"
+    difference (arm ``trained``). Empty when the file is not there."""
+    path = out_dir / file
     if not path.is_file():
         return {}
     saved = json.loads(path.read_text(encoding="utf-8"))["arms"]
@@ -124,7 +127,7 @@ def _reproduction(book: dict[str, Any], out_dir: Path) -> dict[str, Any]:
                 continue
             gap = _differences(a, b)
             worst, compared, differ = max(worst, gap), compared + 1, differ + (gap > 0)
-    loss_gap = abs(saved["rope"]["final_train_loss"] - book["rope"]["final_train_loss"])
+    loss_gap = abs(saved[trained]["final_train_loss"] - book[trained]["final_train_loss"])
     return {
         "max_abs": rounded(worst, 6),
         "compared": compared,
@@ -196,6 +199,74 @@ def heldout_needle(
         "heldout": held,
     }
     write_result(out_dir / "heldout_needle.json", payload)
+    return payload
+
+
+def heldout_needle_arm(
+    encoding: str, settings: LabSettings, out_dir: Path, *, progress: bool = True
+) -> dict[str, Any]:
+    """Train the retrieval model of ``needle_<encoding>.json`` again (``passkey.needle_arm``:
+    ``train_needle_arm`` with the RoPE arm's seeds, batches and steps) and score it on the book's
+    needles (``book``; ``reproduction`` compares them with ``needle_<encoding>.json``) and,
+    needle by needle, on the held-out needles of ``heldout_needle.json`` (same seeds, so the
+    same prompts as the RoPE arms). Writes ``heldout_needle_<encoding>.json``, laid out like
+    ``heldout_needle.json`` with the one arm (``python -m rope_tutor.lab heldout-needle-arm
+    --encoding <encoding>``). The model is not saved. Raises ``ValueError`` naming an unknown
+    ``encoding``, or ``"rope"`` (whose held-out run is ``heldout_needle``)."""
+    if encoding == "rope":
+        raise ValueError(
+            "encoding='rope' is trained again by heldout_needle (heldout-needle), "
+            f"got encoding={encoding!r}"
+        )
+    model, result = train_needle_arm(encoding, settings, progress=progress)
+    book = {
+        encoding: {
+            k: result[k]
+            for k in ("final_train_loss", "in_window", "learned", "sweep")
+            if k in result
+        }
+    }
+    held: dict[str, str] = {}
+    bins: dict[str, list[int]] = {}
+    for m in tqdm(settings.needle_multiples, desc="held-out needles", disable=not progress):
+        held[str(m)], bins[str(m)] = _heldout_hits(model, settings, m)
+    protocol = {
+        k: v
+        for k, v in needle_protocol(settings).items()
+        if k not in ("samples_per_length", "finetune")
+    }
+    payload = {
+        "experiment": f"finding the needle with {encoding}, trained again, on the book's and a "
+        "held-out sample",
+        "protocol": {
+            **protocol,
+            "book": f"the book's {settings.needle_samples} needles per length (seed "
+            f"{settings.eval_seed} + multiple), as in needle_{encoding}.json",
+            "heldout": f"{settings.needle_heldout_samples} needles per length drawn with seed "
+            f"{settings.heldout_seed} + multiple, as in heldout_needle.json",
+            "hits": "per held-out needle, the number of key letters the model gets right, one "
+            "digit per needle; exact match is that number equal to the key length minus the cue",
+            "trained": f"trained again, as needle-arm --encoding {encoding} (same seeds, batches "
+            "and steps); the model is not saved",
+        },
+        "provenance": {
+            **needle_provenance(
+                settings, f"heldout-needle-arm --encoding {encoding}", finetune=False
+            ),
+            "eval_seed": settings.eval_seed,
+            "heldout_seed": settings.heldout_seed,
+        },
+        "samples": {
+            "heldout": {
+                m: {"seed": heldout_needle_seed(settings, int(m)), "depth_quarter": b}
+                for m, b in bins.items()
+            }
+        },
+        "reproduction": _reproduction(book, out_dir, f"needle_{encoding}.json", encoding),
+        "book": book,
+        "heldout": {encoding: held},
+    }
+    write_result(out_dir / f"heldout_needle_{encoding}.json", payload)
     return payload
 
 
