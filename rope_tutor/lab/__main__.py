@@ -15,7 +15,10 @@ it stopped. A step named alone runs for every seed of ``--seeds``; ``extend``, `
 ``train-short-test-long`` when present. ``arm --encoding rope`` re-trains and evaluates one arm
 of ``train-short-test-long`` into ``<out>/seed_<n>/arm_<encoding>.json`` (what
 ``tests/test_lab.py`` compares with the saved numbers); ``needle-arm --encoding alibi`` trains
-one encoding on the needle task into ``<out>/seed_<n>/needle_<encoding>.json``. ``--quick`` runs
+one encoding on the needle task into ``<out>/seed_<n>/needle_<encoding>.json``, and
+``heldout-needle-arm --encoding alibi`` trains it again and scores it on the held-out needles of
+``heldout-needle`` into ``<out>/seed_<n>/heldout_needle_<encoding>.json`` (resumable like a step;
+``heldout-needle``, hence ``all``, runs it at the seeds of ``other_needle_seeds``). ``--quick`` runs
 a tiny configuration (seconds) for smoke tests; ``--out`` picks the folder; wall times go to
 ``<out>/timings.json``.
 """
@@ -184,6 +187,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "bit-identical only at the thread count recorded in a file's provenance",
     )
     args = parser.parse_args(argv)
+    if args.command == "heldout-needle-arm" and args.encoding == "rope":
+        parser.error("heldout-needle-arm needs --encoding other than rope (rope: heldout-needle)")
     settings = QUICK if args.quick else BOOK
     seeds = tuple(args.seeds) if args.seeds is not None else settings.seeds
     if any(seed < 0 for seed in seeds) or len(set(seeds)) != len(seeds):
@@ -212,8 +217,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 print("wrote", folder / f"needle_{args.encoding}.json")
         return {"total": time.perf_counter() - start}
 
-    if args.command == "heldout-needle-arm" and args.encoding == "rope":
-        parser.error("heldout-needle-arm needs --encoding other than rope (rope: heldout-needle)")
     steps = list(STEPS) if args.command == "all" else [args.command]
     jobs: list[tuple[int, str, tuple[str, ...]]] = []
     for seed in seeds:

@@ -21,6 +21,13 @@ book's needles (from ``needle.json``, paired by seed, as the chapter states them
 models trained again) and on the held-out ones (``rope_tutor.lab.stats.crossed_difference``: seeds
 and needles both counted).
 
+``heldout_needle_arm`` does the same for an encoding of ``passkey.OTHER_ENCODINGS`` (ALiBi): it
+trains the model of ``needle_<encoding>.json`` again (``needle-arm``'s recipe), scores it on the
+book's needles (``reproduction`` against that file) and on the same held-out needles, and writes
+``heldout_needle_<encoding>.json`` (``python -m rope_tutor.lab heldout-needle-arm --encoding
+alibi``; ``heldout-needle`` and ``all`` run it at ``other_needle_seeds``). ``arm_verdicts``
+recomputes chapter 13's verdicts on that encoding, minus plain RoPE at each length.
+
 Training again on another CPU is not bit-identical: 3,000 steps amplify the last bits of the
 kernels' rounding. The saved run (``needle.json``, an Intel Xeon) and this step's (an AMD EPYC,
 same thread count) give the same in-window retrieval within a few keys of 100 and the same final
@@ -52,6 +59,7 @@ from rope_tutor.lab.stats import Interval, crossed_difference, paired_difference
 
 __all__ = [
     "FINETUNE_BASE",
+    "arm_verdicts",
     "comparisons",
     "heldout_needle",
     "heldout_needle_arm",
@@ -373,4 +381,51 @@ def sample_verdicts(
                 [_nearest(held[s], b, m) for s in seeds],
             )
         result[name] = {"book": book, "again": rerun, "heldout": heldout}
+    return result
+
+
+def arm_verdicts(
+    runs: dict[int, dict[str, Any]],
+    held: dict[int, dict[str, Any]],
+    arm_runs: dict[int, dict[str, Any]],
+    arm_held: dict[int, dict[str, Any]],
+    encoding: str = "alibi",
+) -> dict[str, dict[str, Interval]]:
+    """Chapter 13's verdicts on one more encoding (``needle_<encoding>.json``, ``passkey``'s
+    ``OTHER_ENCODINGS``): ``"<encoding> - rope at <m>x"``, its exact match minus plain RoPE's at
+    each length, with the three intervals of ``sample_verdicts``: ``book`` over seeds on the
+    book's needles (``needle_<encoding>.json`` and ``needle.json``, paired by seed), ``again``
+    the same with both models trained again (the ``book`` of ``heldout_needle_<encoding>.json``
+    and of ``heldout_needle.json``), ``heldout`` on the held-out needles over seeds and needles
+    (``crossed_difference``; both files score the same prompts).
+
+    The four arguments map the same seeds to those four files. Raises ``ValueError`` when their
+    seeds differ, or when a seed's ``encoding`` model has no length sweep (it missed the 95%
+    bar, saved or trained again: the chapter compares only swept seeds)."""
+    seeds = sorted(runs)
+    for name, files in (("held", held), ("arm_runs", arm_runs), ("arm_held", arm_held)):
+        if sorted(files) != seeds:
+            raise ValueError(
+                f"runs and {name} must have the same seeds, got {seeds} and {sorted(files)}"
+            )
+    for s in seeds:
+        for label, arms in (("saved", arm_runs[s]["arms"]), ("trained again", arm_held[s]["book"])):
+            if "sweep" not in arms[encoding]:
+                raise ValueError(f"seed {s}'s {encoding} model ({label}) has no length sweep")
+
+    def rates(arms: dict[int, dict[str, Any]], arm: str, m: int) -> list[float]:
+        return [arms[s][arm]["sweep"][str(m)]["exact_match"] for s in seeds]
+
+    book = {s: {**runs[s]["arms"], **arm_runs[s]["arms"]} for s in seeds}
+    again = {s: {**held[s]["book"], **arm_held[s]["book"]} for s in seeds}
+    result = {}
+    for m in (int(k) for k in runs[seeds[0]]["protocol"]["multiples"]):
+        result[f"{encoding} - rope at {m}x"] = {
+            "book": paired_difference(rates(book, encoding, m), rates(book, "rope", m)),
+            "again": paired_difference(rates(again, encoding, m), rates(again, "rope", m)),
+            "heldout": crossed_difference(
+                [heldout_rates(arm_held[s], encoding, m) for s in seeds],
+                [heldout_rates(held[s], "rope", m) for s in seeds],
+            ),
+        }
     return result
