@@ -657,7 +657,7 @@ def test_quick_configuration_runs_every_experiment_and_resumes(tmp_path: Path) -
             "rope.safetensors",
         }
         if seed in QUICK.other_needle_seeds:
-            expected |= {"needle_alibi.json"}
+            expected |= {"needle_alibi.json", "heldout_needle_alibi.json"}
         assert names == expected, seed
         extend = json.loads((folder / "extend_rope.json").read_text())
         assert extend["sanity"]["pi_factor_1_equals_rope"] is True
@@ -704,13 +704,14 @@ WRITTEN_BY = {
     "needle.json": "passkey",
     "heldout_needle.json": "heldout-needle",
     "needle_alibi.json": "needle-arm --encoding alibi",
+    "heldout_needle_alibi.json": "heldout-needle-arm --encoding alibi",
 }
 
 
 def test_saved_results_name_the_subcommand_that_reproduces_them() -> None:
     for seed in BOOK.seeds:
         for name, subcommand in WRITTEN_BY.items():
-            if name == "needle_alibi.json" and seed not in BOOK.other_needle_seeds:
+            if "alibi" in name and seed not in BOOK.other_needle_seeds:
                 continue
             saved = json.loads((DATA / f"seed_{seed}" / name).read_text())["provenance"]
             assert saved["command"] == f"python -m rope_tutor.lab {subcommand}", (name, saved)

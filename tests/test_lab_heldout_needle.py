@@ -27,7 +27,7 @@ from rope_tutor.lab.evaluate import (
     needle_hits,
 )
 from rope_tutor.lab.model import ModelConfig, TinyLM, save_checkpoint
-from rope_tutor.lab.settings import BOOK, load_corpus_for
+from rope_tutor.lab.settings import BOOK, QUICK, load_corpus_for
 from rope_tutor.lab.stats import mean_interval
 from rope_tutor.results import RESULTS_DIR
 
@@ -93,6 +93,37 @@ def test_saved_heldout_needles_are_their_seeds_draws_and_not_the_books() -> None
                 assert set(by_length[str(m)]) <= set("0123")
 
 
+def test_saved_heldout_alibi_needles_are_the_rope_arms_prompts_and_reproduce_its_file() -> None:
+    """``heldout_needle_alibi.json`` scores ALiBi on the held-out prompts of
+    ``heldout_needle.json`` (same seeds, same depth quarters), trained with the recipe of
+    ``needle_alibi.json``; its ``reproduction`` is the largest difference from that file of any
+    saved fraction, recomputed here, and in the window ALiBi passes the bar again."""
+    held, alibi = _saved("heldout_needle.json"), _saved("needle_alibi.json")
+    for seed, run in _saved("heldout_needle_alibi.json").items():
+        assert run["provenance"]["run_seed"] == seed
+        assert run["provenance"]["train"] == alibi[seed]["provenance"]["train"]
+        assert run["samples"] == held[seed]["samples"] and set(run["heldout"]) == {"alibi"}
+        for m in BOOK.needle_multiples:
+            digits = run["heldout"]["alibi"][str(m)]
+            assert len(digits) == BOOK.needle_heldout_samples and set(digits) <= set("0123")
+        again, before = run["book"]["alibi"], alibi[seed]["arms"]["alibi"]
+        assert again["learned"] and again["in_window"]["exact_match"] >= 0.95
+        pairs = [(again["in_window"], before["in_window"])]
+        pairs += [(again["sweep"][m], before["sweep"][m]) for m in again["sweep"]]
+        worst = max(
+            abs(u - v)
+            for x, y in pairs
+            for u, v in zip(
+                [x["exact_match"], x["per_letter"], *x["by_depth"]],
+                [y["exact_match"], y["per_letter"], *y["by_depth"]],
+                strict=True,
+            )
+            if u is not None and v is not None
+        )
+        assert run["reproduction"]["max_abs"] == pytest.approx(worst, abs=1e-6)
+        assert run["reproduction"]["compared"] == len(pairs)
+
+
 def test_saved_heldout_needle_run_reproduces_needle_json_in_the_window() -> None:
     """The model trained again passes the same 95% bar and scores the book's in-window needles
     as ``needle.json`` says within ``IN_WINDOW_BOUND``; the file's ``reproduction`` is the
@@ -120,16 +151,71 @@ def test_saved_heldout_needle_run_reproduces_needle_json_in_the_window() -> None
         assert run["reproduction"]["max_abs"] == pytest.approx(worst, abs=1e-6)
 
 
+def test_heldout_needle_arm_trains_alibi_again_and_scores_the_heldout_needles(
+    tmp_path: Path,
+) -> None:
+    """On the tiny settings: the step trains the model of ``needle_alibi.json`` again (same
+    machine and thread count, so its book-needle numbers are that file's exactly), scores
+    ``needle_heldout_samples`` needles per length drawn with ``heldout_seed + multiple``, and
+    refuses RoPE (``heldout_needle``'s) and an unknown encoding by name."""
+    from rope_tutor.lab.__main__ import main
+    from rope_tutor.lab.heldout_needle import heldout_needle_arm
+    from rope_tutor.lab.passkey import needle_arm
+
+    settings = QUICK.for_seed(1)
+    saved = needle_arm("alibi", settings, tmp_path, progress=False)["arms"]["alibi"]
+    heldout_needle_arm("alibi", settings, tmp_path, progress=False)
+    run = json.loads((tmp_path / "heldout_needle_alibi.json").read_text())
+    assert (
+        run["provenance"]["command"]
+        == "python -m rope_tutor.lab heldout-needle-arm --encoding alibi"
+    )
+    saved_train = json.loads((tmp_path / "needle_alibi.json").read_text())["provenance"]["train"]
+    assert run["provenance"]["train"] == saved_train  # needle-arm's recipe and seed (100)
+    assert saved_train["seed"] == settings.needle_train.seed == 100
+    assert run["provenance"]["run_seed"] == 1 and run["provenance"]["heldout_seed"] == 2027
+    again = run["book"]["alibi"]
+    assert again["in_window"] == saved["in_window"]
+    assert again["final_train_loss"] == saved["final_train_loss"]
+    assert run["reproduction"] == {
+        "max_abs": 0.0,
+        "compared": 1,
+        "differ": 0,
+        "final_train_loss_abs": 0.0,
+    }
+    assert set(run["heldout"]) == {"alibi"}
+    for m in QUICK.needle_multiples:
+        digits = run["heldout"]["alibi"][str(m)]
+        assert len(digits) == QUICK.needle_heldout_samples and set(digits) <= set("0123")
+        length = m * QUICK.context
+        _, depth = needle_batch(
+            QUICK.needle_heldout_samples,
+            length,
+            QUICK.needle_key_length,
+            torch.Generator().manual_seed(2027 + m),
+        )
+        sample = run["samples"]["heldout"][str(m)]
+        assert sample["seed"] == 2027 + m
+        assert sample["depth_quarter"] == needle_depth_bins(depth, length, 3).tolist()
+    with pytest.raises(ValueError, match="encoding='rope'"):
+        heldout_needle_arm("rope", settings, tmp_path, progress=False)
+    with pytest.raises(ValueError, match="encoding='gpt'"):
+        heldout_needle_arm("gpt", settings, tmp_path, progress=False)
+    with pytest.raises(SystemExit):  # --encoding defaults to rope: refused by the command line
+        main(["heldout-needle-arm", "--quick", "--out", str(tmp_path), "--no-progress"])
+
+
 def _exact(run: dict, arm: str, m: int) -> np.ndarray:
     return np.array([int(c) == BOOK.needle_key_length for c in run["heldout"][arm][str(m)]], float)
 
 
 def test_every_non_tie_verdict_of_chapter_13_keeps_its_sign_on_the_heldout_sample() -> None:
     """Chapter 13's verdicts, enumerated here: every arm minus plain RoPE, every fine-tune minus
-    its method at inference, the best arm at each length minus every other, and plain RoPE's
-    nearest quarter at T minus at 2, 4 and 8 T. Each that is not a tie over the seeds on the
-    book's needles (``needle.json``) has the same sign on the held-out needles (mean over seeds
-    and needles), or the chapter names it in ``FLIPPED``."""
+    its method at inference, the best arm at each length minus every other, plain RoPE's
+    nearest quarter at T minus at 2, 4 and 8 T, and ALiBi minus plain RoPE at each length (its
+    own files, ``needle_alibi.json`` and ``heldout_needle_alibi.json``). Each that is not a tie
+    over the seeds on the book's needles (``needle.json``) has the same sign on the held-out
+    needles (mean over seeds and needles), or the chapter names it in ``FLIPPED``."""
     runs, held = _saved("needle.json"), _saved("heldout_needle.json")
     seeds, ms = list(BOOK.seeds), list(BOOK.needle_multiples)
     names = [n for n, a in runs[0]["arms"].items() if "sweep" in a]
@@ -163,6 +249,26 @@ def test_every_non_tie_verdict_of_chapter_13_keeps_its_sign_on_the_heldout_sampl
             book("rope", 1, 3) - book("rope", m, 3),
             float((near(1) - near(m)).mean()),
         )
+    from rope_tutor.lab.heldout_needle import arm_verdicts, sample_verdicts  # the step's own
+
+    assert set(sample_verdicts(runs, held)) == set(specs)
+    # ALiBi minus plain RoPE at each length ("ALiBi, on three seeds"), its models trained again
+    # by ``heldout-needle-arm``: on the book's needles paired by seed, on the held-out ones the
+    # mean over seeds and needles, the same prompts as plain RoPE's
+    alibi, alibi_held = _saved("needle_alibi.json"), _saved("heldout_needle_alibi.json")
+    found = arm_verdicts(runs, held, alibi, alibi_held)
+    assert set(found) == {f"alibi - rope at {m}x" for m in ms}
+    for m in ms:
+        per_seed = np.array(
+            [alibi[s]["arms"]["alibi"]["sweep"][str(m)]["exact_match"] for s in seeds]
+        )
+        held_diff = np.mean(
+            [(_exact(alibi_held[s], "alibi", m) - _exact(held[s], "rope", m)).mean() for s in seeds]
+        )
+        label = f"alibi - rope at {m}x"
+        specs[label] = (per_seed - book("rope", m), held_diff)
+        assert found[label]["book"].mean == pytest.approx((per_seed - book("rope", m)).mean())
+        assert found[label]["heldout"].mean == pytest.approx(held_diff, abs=1e-12)
     flipped, checked = set(), 0
     for label, (per_seed, held_diff) in specs.items():
         interval = mean_interval(per_seed)
@@ -173,10 +279,6 @@ def test_every_non_tie_verdict_of_chapter_13_keeps_its_sign_on_the_heldout_sampl
             flipped.add(label)
     assert checked >= 30
     assert flipped == chapter_flipped(f"book/{CHAPTER}")
-
-    from rope_tutor.lab.heldout_needle import sample_verdicts  # the step's own family
-
-    assert set(sample_verdicts(runs, held)) == set(specs)
 
 
 @pytest.mark.parametrize("seed", BOOK.seeds)

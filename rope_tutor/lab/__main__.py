@@ -15,7 +15,10 @@ it stopped. A step named alone runs for every seed of ``--seeds``; ``extend``, `
 ``train-short-test-long`` when present. ``arm --encoding rope`` re-trains and evaluates one arm
 of ``train-short-test-long`` into ``<out>/seed_<n>/arm_<encoding>.json`` (what
 ``tests/test_lab.py`` compares with the saved numbers); ``needle-arm --encoding alibi`` trains
-one encoding on the needle task into ``<out>/seed_<n>/needle_<encoding>.json``. ``--quick`` runs
+one encoding on the needle task into ``<out>/seed_<n>/needle_<encoding>.json``, and
+``heldout-needle-arm --encoding alibi`` trains it again and scores it on the held-out needles of
+``heldout-needle`` into ``<out>/seed_<n>/heldout_needle_<encoding>.json`` (resumable like a step;
+``heldout-needle``, hence ``all``, runs it at the seeds of ``other_needle_seeds``). ``--quick`` runs
 a tiny configuration (seconds) for smoke tests; ``--out`` picks the folder; wall times go to
 ``<out>/timings.json``.
 """
@@ -35,7 +38,7 @@ from rope_tutor.lab.base_sweep import base_sweep
 from rope_tutor.lab.data import Corpus
 from rope_tutor.lab.extend import extend_rope
 from rope_tutor.lab.heldout import heldout
-from rope_tutor.lab.heldout_needle import heldout_needle
+from rope_tutor.lab.heldout_needle import heldout_needle, heldout_needle_arm
 from rope_tutor.lab.heldout_short_long import heldout_short_long
 from rope_tutor.lab.model import ENCODINGS
 from rope_tutor.lab.more_methods import more_methods
@@ -61,6 +64,7 @@ COMMANDS = (
     "heldout-needle",
     "arm",
     "needle-arm",
+    "heldout-needle-arm",
 )
 
 #: The steps of ``all`` in order, each with the files it writes into a seed's folder.
@@ -98,7 +102,7 @@ def _expected(
 ) -> dict[str, Any]:
     """The provenance entries a finished step's files must carry to be kept: settings, seed,
     steps, thread count (reductions, hence the numbers, depend on it) and corpus checksum."""
-    if step in ("passkey", "needle-arm", "heldout-needle"):
+    if step in ("passkey", "needle-arm", "heldout-needle", "heldout-needle-arm"):
         return {
             "settings": settings.name,
             "seed": settings.needle_train.seed,
@@ -138,6 +142,8 @@ def _run_step(
         find_the_needle(settings, folder, progress=progress)
     elif step == "heldout-needle":
         heldout_needle(settings, folder, progress=progress)
+    elif step.startswith("heldout-needle-arm:"):
+        heldout_needle_arm(step.split(":", 1)[1], settings, folder, progress=progress)
     else:  # "needle-arm:<encoding>"
         needle_arm(step.split(":", 1)[1], settings, folder, progress=progress)
 
@@ -168,7 +174,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     parser.add_argument(
-        "--encoding", choices=ENCODINGS, default="rope", help="for 'arm' and 'needle-arm'"
+        "--encoding",
+        choices=ENCODINGS,
+        default="rope",
+        help="for 'arm', 'needle-arm' and 'heldout-needle-arm' (not rope)",
     )
     parser.add_argument(
         "--threads",
@@ -178,6 +187,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "bit-identical only at the thread count recorded in a file's provenance",
     )
     args = parser.parse_args(argv)
+    if args.command == "heldout-needle-arm" and args.encoding == "rope":
+        parser.error("heldout-needle-arm needs --encoding other than rope (rope: heldout-needle)")
     settings = QUICK if args.quick else BOOK
     seeds = tuple(args.seeds) if args.seeds is not None else settings.seeds
     if any(seed < 0 for seed in seeds) or len(set(seeds)) != len(seeds):
@@ -209,11 +220,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     steps = list(STEPS) if args.command == "all" else [args.command]
     jobs: list[tuple[int, str, tuple[str, ...]]] = []
     for seed in seeds:
+        if args.command == "heldout-needle-arm":
+            held = f"heldout-needle-arm:{args.encoding}"
+            jobs.append((seed, held, (f"heldout_needle_{args.encoding}.json",)))
+            continue
         for step in steps:
             jobs.append((seed, step, STEPS[step]))
             if step == "passkey" and seed in settings.other_needle_seeds:
                 for encoding in OTHER_ENCODINGS:
                     jobs.append((seed, f"needle-arm:{encoding}", (f"needle_{encoding}.json",)))
+            if step == "heldout-needle" and seed in settings.other_needle_seeds:
+                for encoding in OTHER_ENCODINGS:
+                    held = f"heldout-needle-arm:{encoding}"
+                    jobs.append((seed, held, (f"heldout_needle_{encoding}.json",)))
     corpus = None
     if any(not step.startswith(("passkey", "needle", "heldout-needle")) for _, step, _ in jobs):
         corpus = load_corpus_for(settings)

@@ -21,6 +21,13 @@ book's needles (from ``needle.json``, paired by seed, as the chapter states them
 models trained again) and on the held-out ones (``rope_tutor.lab.stats.crossed_difference``: seeds
 and needles both counted).
 
+``heldout_needle_arm`` does the same for an encoding of ``passkey.OTHER_ENCODINGS`` (ALiBi): it
+trains the model of ``needle_<encoding>.json`` again (``needle-arm``'s recipe), scores it on the
+book's needles (``reproduction`` against that file) and on the same held-out needles, and writes
+``heldout_needle_<encoding>.json`` (``python -m rope_tutor.lab heldout-needle-arm --encoding
+alibi``; ``heldout-needle`` and ``all`` run it at ``other_needle_seeds``). ``arm_verdicts``
+recomputes chapter 13's verdicts on that encoding, minus plain RoPE at each length.
+
 Training again on another CPU is not bit-identical: 3,000 steps amplify the last bits of the
 kernels' rounding. The saved run (``needle.json``, an Intel Xeon) and this step's (an AMD EPYC,
 same thread count) give the same in-window retrieval within a few keys of 100 and the same final
@@ -52,8 +59,10 @@ from rope_tutor.lab.stats import Interval, crossed_difference, paired_difference
 
 __all__ = [
     "FINETUNE_BASE",
+    "arm_verdicts",
     "comparisons",
     "heldout_needle",
+    "heldout_needle_arm",
     "heldout_needle_seed",
     "heldout_rates",
     "sample_verdicts",
@@ -104,12 +113,14 @@ def _differences(saved: dict[str, Any], again: dict[str, Any]) -> float:
     return max(abs(a - b) for a, b in pairs if a is not None and b is not None)
 
 
-def _reproduction(book: dict[str, Any], out_dir: Path) -> dict[str, Any]:
-    """How this run's book-needle scores compare with ``needle.json`` in ``out_dir``: the largest
+def _reproduction(
+    book: dict[str, Any], out_dir: Path, file: str = "needle.json", trained: str = "rope"
+) -> dict[str, Any]:
+    """How this run's book-needle scores compare with ``file`` in ``out_dir``: the largest
     |difference| of any fraction (exact match, per letter, per depth quarter) over the arms and
     lengths both have, how many measurements differ at all, and the final training loss's
-    difference. Empty when the file is not there."""
-    path = out_dir / "needle.json"
+    difference (arm ``trained``). Empty when the file is not there."""
+    path = out_dir / file
     if not path.is_file():
         return {}
     saved = json.loads(path.read_text(encoding="utf-8"))["arms"]
@@ -124,7 +135,7 @@ def _reproduction(book: dict[str, Any], out_dir: Path) -> dict[str, Any]:
                 continue
             gap = _differences(a, b)
             worst, compared, differ = max(worst, gap), compared + 1, differ + (gap > 0)
-    loss_gap = abs(saved["rope"]["final_train_loss"] - book["rope"]["final_train_loss"])
+    loss_gap = abs(saved[trained]["final_train_loss"] - book[trained]["final_train_loss"])
     return {
         "max_abs": rounded(worst, 6),
         "compared": compared,
@@ -196,6 +207,74 @@ def heldout_needle(
         "heldout": held,
     }
     write_result(out_dir / "heldout_needle.json", payload)
+    return payload
+
+
+def heldout_needle_arm(
+    encoding: str, settings: LabSettings, out_dir: Path, *, progress: bool = True
+) -> dict[str, Any]:
+    """Train the retrieval model of ``needle_<encoding>.json`` again (``passkey.needle_arm``:
+    ``train_needle_arm`` with the RoPE arm's seeds, batches and steps) and score it on the book's
+    needles (``book``; ``reproduction`` compares them with ``needle_<encoding>.json``) and,
+    needle by needle, on the held-out needles of ``heldout_needle.json`` (same seeds, so the
+    same prompts as the RoPE arms). Writes ``heldout_needle_<encoding>.json``, laid out like
+    ``heldout_needle.json`` with the one arm (``python -m rope_tutor.lab heldout-needle-arm
+    --encoding <encoding>``). The model is not saved. Raises ``ValueError`` naming an unknown
+    ``encoding``, or ``"rope"`` (whose held-out run is ``heldout_needle``)."""
+    if encoding == "rope":
+        raise ValueError(
+            "encoding='rope' is trained again by heldout_needle (heldout-needle), "
+            f"got encoding={encoding!r}"
+        )
+    model, result = train_needle_arm(encoding, settings, progress=progress)
+    book = {
+        encoding: {
+            k: result[k]
+            for k in ("final_train_loss", "in_window", "learned", "sweep")
+            if k in result
+        }
+    }
+    held: dict[str, str] = {}
+    bins: dict[str, list[int]] = {}
+    for m in tqdm(settings.needle_multiples, desc="held-out needles", disable=not progress):
+        held[str(m)], bins[str(m)] = _heldout_hits(model, settings, m)
+    protocol = {
+        k: v
+        for k, v in needle_protocol(settings).items()
+        if k not in ("samples_per_length", "finetune")
+    }
+    payload = {
+        "experiment": f"finding the needle with {encoding}, trained again, on the book's and a "
+        "held-out sample",
+        "protocol": {
+            **protocol,
+            "book": f"the book's {settings.needle_samples} needles per length (seed "
+            f"{settings.eval_seed} + multiple), as in needle_{encoding}.json",
+            "heldout": f"{settings.needle_heldout_samples} needles per length drawn with seed "
+            f"{settings.heldout_seed} + multiple, as in heldout_needle.json",
+            "hits": "per held-out needle, the number of key letters the model gets right, one "
+            "digit per needle; exact match is that number equal to the key length minus the cue",
+            "trained": f"trained again, as needle-arm --encoding {encoding} (same seeds, batches "
+            "and steps); the model is not saved",
+        },
+        "provenance": {
+            **needle_provenance(
+                settings, f"heldout-needle-arm --encoding {encoding}", finetune=False
+            ),
+            "eval_seed": settings.eval_seed,
+            "heldout_seed": settings.heldout_seed,
+        },
+        "samples": {
+            "heldout": {
+                m: {"seed": heldout_needle_seed(settings, int(m)), "depth_quarter": b}
+                for m, b in bins.items()
+            }
+        },
+        "reproduction": _reproduction(book, out_dir, f"needle_{encoding}.json", encoding),
+        "book": book,
+        "heldout": {encoding: held},
+    }
+    write_result(out_dir / f"heldout_needle_{encoding}.json", payload)
     return payload
 
 
@@ -302,4 +381,51 @@ def sample_verdicts(
                 [_nearest(held[s], b, m) for s in seeds],
             )
         result[name] = {"book": book, "again": rerun, "heldout": heldout}
+    return result
+
+
+def arm_verdicts(
+    runs: dict[int, dict[str, Any]],
+    held: dict[int, dict[str, Any]],
+    arm_runs: dict[int, dict[str, Any]],
+    arm_held: dict[int, dict[str, Any]],
+    encoding: str = "alibi",
+) -> dict[str, dict[str, Interval]]:
+    """Chapter 13's verdicts on one more encoding (``needle_<encoding>.json``, ``passkey``'s
+    ``OTHER_ENCODINGS``): ``"<encoding> - rope at <m>x"``, its exact match minus plain RoPE's at
+    each length, with the three intervals of ``sample_verdicts``: ``book`` over seeds on the
+    book's needles (``needle_<encoding>.json`` and ``needle.json``, paired by seed), ``again``
+    the same with both models trained again (the ``book`` of ``heldout_needle_<encoding>.json``
+    and of ``heldout_needle.json``), ``heldout`` on the held-out needles over seeds and needles
+    (``crossed_difference``; both files score the same prompts).
+
+    The four arguments map the same seeds to those four files. Raises ``ValueError`` when their
+    seeds differ, or when a seed's ``encoding`` model has no length sweep (it missed the 95%
+    bar, saved or trained again: the chapter compares only swept seeds)."""
+    seeds = sorted(runs)
+    for name, files in (("held", held), ("arm_runs", arm_runs), ("arm_held", arm_held)):
+        if sorted(files) != seeds:
+            raise ValueError(
+                f"runs and {name} must have the same seeds, got {seeds} and {sorted(files)}"
+            )
+    for s in seeds:
+        for label, arms in (("saved", arm_runs[s]["arms"]), ("trained again", arm_held[s]["book"])):
+            if "sweep" not in arms[encoding]:
+                raise ValueError(f"seed {s}'s {encoding} model ({label}) has no length sweep")
+
+    def rates(arms: dict[int, dict[str, Any]], arm: str, m: int) -> list[float]:
+        return [arms[s][arm]["sweep"][str(m)]["exact_match"] for s in seeds]
+
+    book = {s: {**runs[s]["arms"], **arm_runs[s]["arms"]} for s in seeds}
+    again = {s: {**held[s]["book"], **arm_held[s]["book"]} for s in seeds}
+    result = {}
+    for m in (int(k) for k in runs[seeds[0]]["protocol"]["multiples"]):
+        result[f"{encoding} - rope at {m}x"] = {
+            "book": paired_difference(rates(book, encoding, m), rates(book, "rope", m)),
+            "again": paired_difference(rates(again, encoding, m), rates(again, "rope", m)),
+            "heldout": crossed_difference(
+                [heldout_rates(arm_held[s], encoding, m) for s in seeds],
+                [heldout_rates(held[s], "rope", m) for s in seeds],
+            ),
+        }
     return result
