@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rope_tutor import _checks
+from rope_tutor import _checks, figures
 
 #: Thread count pinned by ``seed_everything``. Floating-point reductions depend on it, so the book
 #: fixes it rather than taking the machine's core count (the same results everywhere). One thread:
@@ -158,8 +158,6 @@ def notebook_setup(seed: int = 0, *, threads: int | None = DEFAULT_THREADS) -> t
     book's Chinese edition), every figure shown from then on also stores its translation
     (``rope_tutor.figures``); a reader's run leaves it unset and sees nothing of it.
     """
-    from rope_tutor import figures
-
     seed_everything(seed, threads=threads)
     use_book_style()
     figures.register_translations()
@@ -213,8 +211,6 @@ def show_animation(animation: Any, alt: str, **to_jshtml: Any) -> None:
     its data, the player's HTML in its metadata), which the book's edition in that language shows.
     """
     from IPython.display import display
-
-    from rope_tutor import figures
 
     fig = animation._fig  # matplotlib's Animation keeps the figure it draws on
     vars(animation).pop("_html_representation", None)  # to_jshtml caches its first player
