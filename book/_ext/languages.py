@@ -96,10 +96,9 @@ def figures_of_edition(notebook: dict[str, Any], language: str) -> int:
     A figure stored by ``make execute`` carries its translated pictures beside the English one
     (``rope_tutor.figures``): an output entry ``FIGURE_MIME`` whose metadata holds, per language,
     an ``image/png`` (an animation: its player's ``text/html``). For the Chinese edition that
-    picture replaces the English one;
-    every edition drops the entry itself, which no page shows. Returns the number of pictures
-    replaced. A figure without a picture of the edition's language is left English: the tests
-    (``tests/test_figure_words.py``) see to it that none is.
+    picture replaces the English one; every edition drops the entry itself, which no page shows.
+    Returns the number of pictures replaced. A figure without a picture of the edition's language
+    is left English: the tests (``tests/test_figure_words.py``) see to it that none is.
     """
     from rope_tutor.figures import FIGURE_MIME
 

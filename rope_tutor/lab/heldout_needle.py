@@ -144,6 +144,27 @@ def _reproduction(
     }
 
 
+def _provenance_and_samples(
+    settings: LabSettings, step: str, bins: dict[str, list[int]], *, finetune: bool
+) -> dict[str, Any]:
+    """The ``provenance`` and ``samples`` entries of a held-out needle file: the step's
+    provenance with both evaluation seeds, and per length the held-out needles' seed and depth
+    quarters."""
+    return {
+        "provenance": {
+            **needle_provenance(settings, step, finetune=finetune),
+            "eval_seed": settings.eval_seed,
+            "heldout_seed": settings.heldout_seed,
+        },
+        "samples": {
+            "heldout": {
+                m: {"seed": heldout_needle_seed(settings, int(m)), "depth_quarter": b}
+                for m, b in bins.items()
+            }
+        },
+    }
+
+
 def heldout_needle(
     settings: LabSettings, out_dir: Path, *, progress: bool = True
 ) -> dict[str, Any]:
@@ -191,17 +212,7 @@ def heldout_needle(
             "trained": "trained again, as the passkey step (same seeds, batches and steps); the "
             "model before scaling or fine-tuning is needle_rope.safetensors",
         },
-        "provenance": {
-            **needle_provenance(settings, "heldout-needle", finetune=True),
-            "eval_seed": settings.eval_seed,
-            "heldout_seed": settings.heldout_seed,
-        },
-        "samples": {
-            "heldout": {
-                m: {"seed": heldout_needle_seed(settings, int(m)), "depth_quarter": b}
-                for m, b in bins.items()
-            }
-        },
+        **_provenance_and_samples(settings, "heldout-needle", bins, finetune=True),
         "reproduction": _reproduction(book, out_dir),
         "book": book,
         "heldout": held,
@@ -257,19 +268,9 @@ def heldout_needle_arm(
             "trained": f"trained again, as needle-arm --encoding {encoding} (same seeds, batches "
             "and steps); the model is not saved",
         },
-        "provenance": {
-            **needle_provenance(
-                settings, f"heldout-needle-arm --encoding {encoding}", finetune=False
-            ),
-            "eval_seed": settings.eval_seed,
-            "heldout_seed": settings.heldout_seed,
-        },
-        "samples": {
-            "heldout": {
-                m: {"seed": heldout_needle_seed(settings, int(m)), "depth_quarter": b}
-                for m, b in bins.items()
-            }
-        },
+        **_provenance_and_samples(
+            settings, f"heldout-needle-arm --encoding {encoding}", bins, finetune=False
+        ),
         "reproduction": _reproduction(book, out_dir, f"needle_{encoding}.json", encoding),
         "book": book,
         "heldout": {encoding: held},
