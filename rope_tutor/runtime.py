@@ -203,16 +203,21 @@ def animation_html(animation: Any, alt: str, **to_jshtml: Any) -> str:
     return html.replace("<img id=", f'<img alt="{escaped}" id=', 1)
 
 
-def show_animation(animation: Any, alt: str, **to_jshtml: Any) -> None:
+def show_animation(animation: Any, alt: str, *, fig: Any, **to_jshtml: Any) -> None:
     """Show :func:`animation_html`'s player in the notebook, and its translations for the book.
+
+    ``fig`` is the figure ``animation`` draws on (the one given to ``FuncAnimation``); its words
+    are the ones translated.
 
     With ``ROPE_TUTOR_FIGURE_LANGUAGES`` set (``make execute``), the output also stores the player
     drawn with the words of each language (``rope_tutor.figures``, as for a figure: the pairs in
     its data, the player's HTML in its metadata), which the book's edition in that language shows.
     """
     from IPython.display import display
+    from matplotlib.figure import Figure
 
-    fig = animation._fig  # matplotlib's Animation keeps the figure it draws on
+    if not isinstance(fig, Figure):
+        raise TypeError(f"fig must be the Figure the animation draws on, got fig={fig!r}")
     vars(animation).pop("_html_representation", None)  # to_jshtml caches its first player
     bundle: dict[str, Any] = {  # text/plain: what a front end (or a builder) without HTML shows
         "text/html": animation_html(animation, alt, **to_jshtml),

@@ -259,12 +259,14 @@ def test_an_animation_carries_its_translated_player(monkeypatch: pytest.MonkeyPa
     (line,) = ax.plot([], [])
     animation = FuncAnimation(fig, lambda t: line.set_data([0, t], [0, t]), frames=2)
     with capture_output() as captured:
-        rt.show_animation(animation, "a line grows")
+        rt.show_animation(animation, "a line grows", fig=fig)
     (output,) = captured.outputs
     assert output.data[figures.FIGURE_MIME] == {LANGUAGE: [["feature one", "特征一"]]}
     player = output.metadata[figures.FIGURE_MIME][LANGUAGE]["text/html"]
     assert 'alt="a line grows"' in player and player != output.data["text/html"]
     assert ax.get_xlabel() == "feature one"
+    with pytest.raises(TypeError, match="fig="):
+        rt.show_animation(animation, "a line grows", fig=ax)
     plt.close(fig)
 
 
