@@ -20,7 +20,13 @@ import torch
 
 import rope_tutor as rt
 from rope_tutor import lab
-from rope_tutor.lab.data import fixed_target_windows, load_corpus, needle_batch, training_batches
+from rope_tutor.lab.data import (
+    corpus_files,
+    fixed_target_windows,
+    load_corpus,
+    needle_batch,
+    training_batches,
+)
 from rope_tutor.lab.evaluate import (
     cached_logits,
     chunked_loss,
@@ -255,6 +261,9 @@ def test_corpus_is_sorted_split_by_file_and_checksummed(tmp_path: Path) -> None:
     assert bytes(corpus.train.tolist()) == expected_train[:300]
     assert bytes(corpus.validation.tolist()) == expected_validation[:60]
     assert corpus.train_sha256 == hashlib.sha256(expected_train[:300]).hexdigest()
+    listed = corpus_files(tmp_path)  # the order and split load_corpus uses, as the chapters read it
+    assert [path for path, _ in listed] == files  # tests/zz.py is left out
+    assert [path for path, split in listed if split == "validation"] == validation
     with pytest.raises(RuntimeError, match="too little"):
         load_corpus(10**6, 60, root=tmp_path)
     with pytest.raises(ValueError, match="train_bytes=0"):

@@ -27,6 +27,8 @@ from rope_tutor.runtime import pinned_package
 __all__ = [
     "CORPUS_PACKAGE",
     "Corpus",
+    "corpus_files",
+    "corpus_root",
     "load_corpus",
     "training_batches",
     "fixed_target_starts",
@@ -65,10 +67,22 @@ class Corpus:
         }
 
 
-def _source_files(root: Path) -> list[Path]:
-    """``*.py`` files under ``root``, outside any ``tests`` folder, sorted by relative path."""
+def corpus_files(root: str | Path) -> list[tuple[Path, str]]:
+    """The ``*.py`` files under ``root`` in the order :func:`load_corpus` reads them, each with its
+    split: ``"validation"`` when the CRC-32 of its relative path is divisible by
+    ``VALIDATION_EVERY``, else ``"train"``. Files inside any ``tests`` folder are left out."""
+    root = Path(root)
     files = [p for p in root.rglob("*.py") if "tests" not in p.relative_to(root).parts]
-    return sorted(files, key=lambda p: p.relative_to(root).as_posix())
+    ordered = sorted(files, key=lambda p: p.relative_to(root).as_posix())
+    return [
+        (
+            p,
+            "validation"
+            if zlib.crc32(p.relative_to(root).as_posix().encode()) % VALIDATION_EVERY == 0
+            else "train",
+        )
+        for p in ordered
+    ]
 
 
 def corpus_root() -> Path:
@@ -105,9 +119,7 @@ def load_corpus(
     parts: dict[str, list[bytes]] = {"train": [], "validation": []}
     filled = {"train": 0, "validation": 0}
     num_files = 0
-    for path in _source_files(root):
-        relative = path.relative_to(root).as_posix()
-        split = "validation" if zlib.crc32(relative.encode()) % VALIDATION_EVERY == 0 else "train"
+    for path, split in corpus_files(root):
         room = budgets[split] - filled[split]
         if room <= 0:
             if all(filled[s] >= budgets[s] for s in budgets):
