@@ -25,6 +25,7 @@ from rope_tutor.lab.evaluate import (
     needle_accuracy,
     needle_depth_bins,
     needle_hits,
+    needle_predictions,
 )
 from rope_tutor.lab.model import ModelConfig, TinyLM, save_checkpoint
 from rope_tutor.lab.settings import BOOK, QUICK, load_corpus_for
@@ -70,6 +71,12 @@ def test_needle_hits_are_what_needle_accuracy_summarises() -> None:
     assert torch.equal(depth, again)  # the needles of that seed
     with pytest.raises(ValueError, match="cue=3"):
         needle_hits(model, 48, 4, 3, seed=5, cue=3)
+    predicted, key, _ = needle_predictions(model, 48, 24, 3, seed=5)
+    tokens, _ = needle_batch(24, 48, 3, torch.Generator().manual_seed(5))
+    assert torch.equal(key, tokens[:, -3:])  # the question's key letters
+    with torch.no_grad():  # one sample's argmax, computed here without the batching
+        alone = model(tokens[:1, :-1])[:, -3:].argmax(-1)
+    assert torch.equal(predicted[:1], alone) and torch.equal(predicted == key, hits)
 
 
 def test_saved_heldout_needles_are_their_seeds_draws_and_not_the_books() -> None:

@@ -36,6 +36,7 @@ __all__ = [
     "needle_accuracy",
     "needle_depth_bins",
     "needle_hits",
+    "needle_predictions",
 ]
 
 #: What a KV cache holds for the keys: ``"raw"`` (before rotation) or ``"rotated"`` (after).
@@ -126,6 +127,34 @@ def needle_depth_bins(
     return torch.clamp(depth * depth_bins // (room + 1), max=depth_bins - 1)
 
 
+def needle_predictions(
+    model: torch.nn.Module,
+    length: int,
+    num_samples: int,
+    key_length: int,
+    seed: int,
+    cue: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Teacher-forced predictions of every scored key letter on ``num_samples`` needle sequences
+    of ``length`` bytes drawn from ``seed`` (``needle_batch``): the argmax after each letter of the
+    final key and the key letters themselves, both int64 byte values ``(num_samples,
+    key_length - cue)`` (the first ``cue`` letters are given, not scored), and the needle starts,
+    int64 ``(num_samples,)``. Raises ``ValueError`` naming a ``cue`` outside ``[0, key_length)``."""
+    if not 0 <= cue < key_length:
+        raise ValueError(f"cue must be in [0, key_length={key_length}), got cue={cue}")
+    generator = torch.Generator().manual_seed(seed)
+    tokens, depth = needle_batch(num_samples, length, key_length, generator)
+    device = next(model.parameters()).device
+    predicted = []
+    per_batch = max(1, TOKENS_PER_BATCH // length)
+    scored = key_length - cue
+    with torch.no_grad():
+        for chunk in tokens.split(per_batch):
+            logits = model(chunk[:, :-1].to(device))[:, -scored:]
+            predicted.append(logits.argmax(dim=-1).cpu())
+    return torch.cat(predicted), tokens[:, -scored:], depth
+
+
 def needle_hits(
     model: torch.nn.Module,
     length: int,
@@ -138,21 +167,10 @@ def needle_hits(
     ``length`` bytes drawn from ``seed`` (``needle_batch``), sample by sample: bool
     ``(num_samples, key_length - cue)`` (the argmax after each letter of the final
     key is the next letter; the first ``cue`` letters are given, not scored) and the needle
-    starts, int64 ``(num_samples,)``. Raises ``ValueError`` naming a ``cue`` outside
-    ``[0, key_length)``."""
-    if not 0 <= cue < key_length:
-        raise ValueError(f"cue must be in [0, key_length={key_length}), got cue={cue}")
-    generator = torch.Generator().manual_seed(seed)
-    tokens, depth = needle_batch(num_samples, length, key_length, generator)
-    device = next(model.parameters()).device
-    correct = []
-    per_batch = max(1, TOKENS_PER_BATCH // length)
-    scored = key_length - cue
-    with torch.no_grad():
-        for chunk in tokens.split(per_batch):
-            logits = model(chunk[:, :-1].to(device))[:, -scored:]
-            correct.append(logits.argmax(dim=-1).cpu() == chunk[:, -scored:])
-    return torch.cat(correct), depth
+    starts, int64 ``(num_samples,)``: ``needle_predictions`` compared with the key. Raises
+    ``ValueError`` naming a ``cue`` outside ``[0, key_length)``."""
+    predicted, key, depth = needle_predictions(model, length, num_samples, key_length, seed, cue)
+    return predicted == key, depth
 
 
 def needle_accuracy(
