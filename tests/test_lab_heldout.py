@@ -180,8 +180,38 @@ def test_saved_heldout_sample_is_disjoint_and_reproduces_the_book_sample() -> No
                 )
 
 
+def _bound_methods(name: str) -> dict[str, str]:
+    """The page's names bound to methods of its ``rope_tutor.lab.verdicts.Verdicts`` object:
+    ``claim, diff = ledger.claim, ledger.diff`` gives ``{"claim": "claim", "diff": "diff"}``."""
+    notebook = json.loads((BOOK_DIR / name).read_text(encoding="utf-8"))
+    objects, bound = set(), {}
+    for cell in notebook["cells"]:
+        if cell["cell_type"] != "code" or "ledger" not in "".join(cell["source"]):
+            continue
+        for node in ast.walk(ast.parse("".join(cell["source"]))):
+            if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+                continue
+            target, value = node.targets[0], node.value
+            if isinstance(value, ast.Call) and ast.unparse(value.func).endswith(
+                "verdicts.Verdicts.from_saved"
+            ):
+                objects.add(ast.unparse(target))
+            pairs = (
+                zip(target.elts, value.elts, strict=True)
+                if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple)
+                else [(target, value)]
+            )
+            for t, v in pairs:
+                if isinstance(v, ast.Attribute) and ast.unparse(v.value) in objects:
+                    bound[ast.unparse(t)] = v.attr
+    return bound
+
+
 def _chapter_claims(name: str) -> list[tuple[str, str, str, int, int]]:
-    """Every ``claim(name, diff(a, b, m[, m_b]), verdict)`` of a chapter's code cells."""
+    """Every ``claim(name, diff(a, b, m[, m_b]), verdict)`` of a chapter's code cells, where
+    ``claim`` and ``diff`` are the page's ``Verdicts`` object's methods (checked)."""
+    bound = _bound_methods(name)
+    assert bound.get("claim") == "claim" and bound.get("diff") == "diff", (name, bound)
     notebook = json.loads((BOOK_DIR / name).read_text(encoding="utf-8"))
     claims = []
     for cell in notebook["cells"]:

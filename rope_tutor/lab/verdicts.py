@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -26,6 +27,7 @@ __all__ = [
     "ARM_LABELS",
     "ClaimError",
     "Glue",
+    "TemperatureRule",
     "VERDICTS",
     "Verdicts",
     "arm_label",
@@ -66,6 +68,22 @@ class Glue(Protocol):
 
 class ClaimError(AssertionError):
     """A verdict the prose states that the saved results do not support."""
+
+
+@dataclass(frozen=True)
+class TemperatureRule:
+    """YaRN's temperature rule at one factor s against a sweep of the logit multiplier 1/tau.
+
+    ``gain``: the rule minus no temperature (1/tau = 1), paired over the seeds (nats/byte);
+    ``gap``: the rule minus each seed's best multiplier on the grid (picked on the same windows,
+    which favours the grid); ``best``: that multiplier's grid key, per seed; ``largest_gap``: the
+    largest rule-minus-best of one seed.
+    """
+
+    gain: stats.Interval
+    gap: stats.Interval
+    best: tuple[str, ...]
+    largest_gap: float
 
 
 def arm_label(arm: str, betas: Mapping[str, Mapping[str, float]]) -> str:
@@ -286,6 +304,32 @@ class Verdicts:
         self.said[id(d)] = said
         if spec is not None:
             self.spec[id(d)] = spec
+
+    def temperature_rule(self, s: float, sweep: Mapping[str, Sequence[float]]) -> TemperatureRule:
+        """Chapter 12's temperature sweep at factor ``s``, scored at s x T: ``sweep`` maps each
+        grid multiplier (``"1.0"``, ``"1.1"``, ...) and ``"yarn_formula"`` (YaRN's rule,
+        sqrt(1/tau) = 0.1 ln s + 1) to its loss per seed. Records what ``gain`` and ``gap``
+        compare (``note``), ``gain`` with its held-out names ``temperature_<s>_yarn_formula``
+        and ``temperature_<s>_1.0``."""
+        if "yarn_formula" not in sweep or "1.0" not in sweep:
+            raise ValueError(f"sweep needs 'yarn_formula' and '1.0', got keys {sorted(sweep)}")
+        rule = list(sweep["yarn_formula"])
+        grid = [k for k in sweep if k != "yarn_formula"]
+        best = [min(grid, key=lambda k, i=i: sweep[k][i]) for i in range(len(rule))]
+        best_losses = [sweep[k][i] for i, k in enumerate(best)]
+        gain = stats.paired_difference(rule, sweep["1.0"])
+        gap = stats.paired_difference(rule, best_losses)  # > 0: the grid's best beats the rule
+        at = f"s = {s:g} at {s:g}x T"
+        held = (
+            f"temperature_{float(s)}_yarn_formula",
+            f"temperature_{float(s)}_1.0",
+            int(s),
+            int(s),
+        )
+        self.note(gain, f"YaRN's rule − no temperature (1/τ = 1), {at}", held)
+        self.note(gap, f"YaRN's rule − the grid's best 1/τ, {at}")
+        largest = max(r - b for r, b in zip(rule, best_losses, strict=True))
+        return TemperatureRule(gain, gap, tuple(best), largest)
 
     @staticmethod
     def verdict(d: stats.Interval) -> str:
