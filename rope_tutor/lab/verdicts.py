@@ -168,7 +168,8 @@ class Verdicts:
     Registries (instance attributes, filled as the page runs): ``said`` (``id`` of an interval ->
     what it compares, in words), ``spec`` (``id`` -> ``(a, b, m, m_b)``, so that it can be
     re-scored on the held-out text), ``asserted`` (every claimed name, in order), ``claimed``
-    (name -> interval) and ``pending`` (the claims of the current cell, until ``flush``).
+    (name -> interval), ``pending`` (the claims of the current cell, until ``flush``) and
+    ``key_lines`` (the printed lines of the last ``flush`` that its ``key`` names).
     """
 
     def __init__(
