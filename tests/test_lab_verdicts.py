@@ -101,6 +101,25 @@ def test_mean_text_and_digits_of_on_rounding_edges() -> None:
         )
 
 
+def test_mean_text_with_fixed_digits_is_chapter_11s_signed_mean_and_magnitude() -> None:
+    """Chapter 11 prints a mean with a fixed number of decimals: with its sign, rounded, never a
+    signed zero; or its size alone (the formulas it used before the package's function)."""
+    for mean in (0.123456, -0.123456, -0.0004, 0.0049, -0.005, 0.0, -0.0, 1.5, -2.25):
+        interval = Interval(mean, mean - 1, mean + 1, 3)
+        for digits in (2, 3):
+            assert (
+                mean_text(interval, digits, max_digits=digits)
+                == f"{round(mean, digits) + 0.0:+.{digits}f}"
+            )
+            assert mean_text(interval, digits, max_digits=digits, signed=False) == (
+                f"{abs(round(mean, digits)):.{digits}f}"
+            )
+    assert mean_text(Interval(-0.004, -0.005, -0.003, 3), 2, max_digits=2) == "+0.00"
+    assert mean_text(Interval(-0.004, -0.005, -0.003, 3), 2) == "-0.004"  # widened to 3
+    with pytest.raises(ValueError, match="digits=4, max_digits=3"):
+        mean_text(Interval(0.1, 0.0, 0.2, 3), 4, max_digits=3)
+
+
 def test_glued_values_and_keep() -> None:
     d = Interval(-0.0123, -0.02, -0.005, 3)
     assert glued_values("x", d) == {

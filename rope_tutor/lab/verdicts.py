@@ -120,14 +120,23 @@ def digits_of(d: stats.Interval) -> int:
     return 5 if any(0 < abs(v) < 5e-5 for v in bounds) else 4
 
 
-def mean_text(d: stats.Interval) -> str:
-    """The mean of a paired difference as the prose prints it, with its sign: 3 decimals, more
-    when it would round to zero (up to 5); a mean that rounds to zero at 5 decimals prints as
-    "+0.00000" (never "-0.00000"). Returns e.g. ``"+0.031"`` or ``"-0.0004"`` (nats/byte)."""
-    digits = 3
-    while digits < 5 and 0 < abs(d.mean) < 0.5 * 10**-digits:
+def mean_text(
+    d: stats.Interval, digits: int = 3, *, max_digits: int = 5, signed: bool = True
+) -> str:
+    """The mean of an interval as the prose prints it: ``digits`` decimals, more when it would
+    round to zero (up to ``max_digits``; ``max_digits=digits`` for a fixed number), never as a
+    signed zero ("-0.000" prints "+0.000"). ``signed``: with its sign (``"+0.031"``,
+    ``"-0.0004"``), else its size alone (``"0.031"``: the prose says "lower" or "higher").
+    Chapters "Train short, test long" and "Extending a trained RoPE model"; nats/byte there.
+    """
+    if not 0 <= digits <= max_digits:
+        raise ValueError(
+            f"need 0 <= digits <= max_digits, got digits={digits}, max_digits={max_digits}"
+        )
+    while digits < max_digits and 0 < abs(d.mean) < 0.5 * 10**-digits:
         digits += 1
-    return f"{round(d.mean, digits) + 0.0:+.{digits}f}"
+    text = f"{round(d.mean, digits) + 0.0:+.{digits}f}"
+    return text if signed else text.lstrip("+-")
 
 
 def glued_values(name: str, value: stats.Interval | float) -> dict[str, Any]:
@@ -142,7 +151,7 @@ def glued_values(name: str, value: stats.Interval | float) -> dict[str, Any]:
         return {
             name: mean_text(value),
             f"{name}_ci": value.format(digits_of(value), signed=True),
-            f"{name}_mag": mean_text(value).lstrip("+-"),
+            f"{name}_mag": mean_text(value, signed=False),
         }
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"value must be an Interval or a number, got value={value!r}")
