@@ -180,8 +180,38 @@ def test_saved_heldout_sample_is_disjoint_and_reproduces_the_book_sample() -> No
                 )
 
 
+def _bound_methods(name: str) -> dict[str, str]:
+    """The page's names bound to methods of its ``rope_tutor.lab.verdicts.Verdicts`` object:
+    ``claim, diff = ledger.claim, ledger.diff`` gives ``{"claim": "claim", "diff": "diff"}``."""
+    notebook = json.loads((BOOK_DIR / name).read_text(encoding="utf-8"))
+    objects, bound = set(), {}
+    for cell in notebook["cells"]:
+        if cell["cell_type"] != "code" or "ledger" not in "".join(cell["source"]):
+            continue
+        for node in ast.walk(ast.parse("".join(cell["source"]))):
+            if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+                continue
+            target, value = node.targets[0], node.value
+            if isinstance(value, ast.Call) and ast.unparse(value.func).endswith(
+                "verdicts.Verdicts.from_saved"
+            ):
+                objects.add(ast.unparse(target))
+            pairs = (
+                zip(target.elts, value.elts, strict=True)
+                if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple)
+                else [(target, value)]
+            )
+            for t, v in pairs:
+                if isinstance(v, ast.Attribute) and ast.unparse(v.value) in objects:
+                    bound[ast.unparse(t)] = v.attr
+    return bound
+
+
 def _chapter_claims(name: str) -> list[tuple[str, str, str, int, int]]:
-    """Every ``claim(name, diff(a, b, m[, m_b]), verdict)`` of a chapter's code cells."""
+    """Every ``claim(name, diff(a, b, m[, m_b]), verdict)`` of a chapter's code cells, where
+    ``claim`` and ``diff`` are the page's ``Verdicts`` object's methods (checked)."""
+    bound = _bound_methods(name)
+    assert bound.get("claim") == "claim" and bound.get("diff") == "diff", (name, bound)
     notebook = json.loads((BOOK_DIR / name).read_text(encoding="utf-8"))
     claims = []
     for cell in notebook["cells"]:
@@ -214,16 +244,15 @@ TEMPERATURE_CLAIMS = {
 }
 
 
-def test_every_non_tie_verdict_of_chapter_12_keeps_its_sign_on_the_heldout_sample() -> None:
-    """Each verdict chapter 12 asserts as "better" or "worse", re-computed on the held-out
-    windows (seed 2027) of the same three seeds: the mean difference over seeds and windows has
-    the asserted sign, or the chapter names the verdict in ``FLIPPED`` (reporting both numbers)."""
-    name = "12_lab_extending_rope.ipynb"
-    held, more = _saved(), _saved("more_methods.json")
-    runs = {s: {"arms": {**more[s]["arms"], **held[s]["arms"]}} for s in BOOK.seeds}
-    claims = _chapter_claims(name)
+#: Chapter 12's two pages: the chapter, and its section "The evidence in full", which holds the
+#: held-out check (its ``FLIPPED``) and re-asserts every verdict of the chapter page.
+CHAPTER_12 = ("12_lab_extending_rope.ipynb", "12_lab_extending_rope_evidence.ipynb")
+
+
+def _claim_names(name: str) -> set[str]:
+    """The first argument of every ``claim("...", ...)`` call of a page's code cells."""
     notebook = json.loads((BOOK_DIR / name).read_text(encoding="utf-8"))
-    every_name = {
+    return {
         node.args[0].value
         for cell in notebook["cells"]
         if cell["cell_type"] == "code" and "claim(" in "".join(cell["source"])
@@ -232,9 +261,27 @@ def test_every_non_tie_verdict_of_chapter_12_keeps_its_sign_on_the_heldout_sampl
         and getattr(node.func, "id", "") == "claim"
         and isinstance(node.args[0], ast.Constant)
     }
+
+
+def test_every_non_tie_verdict_of_chapter_12_keeps_its_sign_on_the_heldout_sample() -> None:
+    """Each verdict chapter 12 asserts as "better" or "worse" (on either of its two pages),
+    re-computed on the held-out windows (seed 2027) of the same three seeds: the mean difference
+    over seeds and windows has the asserted sign, or the evidence page names the verdict in
+    ``FLIPPED`` (reporting both numbers)."""
+    held, more = _saved(), _saved("more_methods.json")
+    runs = {s: {"arms": {**more[s]["arms"], **held[s]["arms"]}} for s in BOOK.seeds}
+    by_page = {name: _chapter_claims(name) for name in CHAPTER_12}
+    claims = [c for page in by_page.values() for c in page]
+    stated: dict[str, tuple] = {}
+    for c in claims:  # a verdict both pages assert is the same comparison with the same verdict
+        assert stated.setdefault(c[0], c) == c, f"{c[0]} differs between the pages"
+    every_name = set().union(*(_claim_names(name) for name in CHAPTER_12))
+    # the evidence page re-asserts every verdict of the chapter page, so that its held-out check
+    # (and FLIPPED) covers them all
+    assert _claim_names(CHAPTER_12[0]) <= _claim_names(CHAPTER_12[1])
     covered = {c[0] for c in claims} | set(TEMPERATURE_CLAIMS)
     assert every_name - covered <= {f"rule_vs_best_{int(s)}" for s in BOOK.temperature_factors}
-    specs = [(n, e, a, b, m, m_b) for n, e, a, b, m, m_b in claims] + [
+    specs = [(n, e, a, b, m, m_b) for n, e, a, b, m, m_b in stated.values()] + [
         (n, "better", a, b, m, m) for n, (a, b, m) in TEMPERATURE_CLAIMS.items()
     ]
     flipped, checked = set(), 0
@@ -251,7 +298,7 @@ def test_every_non_tie_verdict_of_chapter_12_keeps_its_sign_on_the_heldout_sampl
         if (mean < 0) != (expected == "better"):
             flipped.add(label)
     assert checked >= 90
-    assert flipped == chapter_flipped(f"book/{name}")
+    assert flipped == chapter_flipped(f"book/{CHAPTER_12[1]}")
 
 
 def test_more_methods_arms_are_what_their_names_say() -> None:

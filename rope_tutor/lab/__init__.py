@@ -12,13 +12,15 @@ steps ``short_long`` ("Train short, test long"), ``extend`` ("Extending a traine
 ``passkey`` ("Finding the needle"), the held-out checks ``heldout``, ``heldout_short_long`` and
 ``heldout_needle``, ``alibi_checkpoint`` (step 1's ALiBi arm saved) and ``summary`` (every arm
 over the training seeds);
-``stats`` (means and paired differences over seeds, with Student-t intervals); ``records`` (the
-provenance written beside every number, ``load_results``, ``load_seeds`` and ``load_model``,
-which rebuilds a saved model from its safetensors file); ``attention_probabilities`` (``model``)
-returns a model's per-head attention weights, computed on its forward pass.
+``stats`` (means and paired differences over seeds, with Student-t intervals); ``verdicts``
+(chapter 12's per-seed loss table and the verdicts its prose claims, built on ``stats``);
+``records`` (the provenance written beside every number, ``load_results``, ``load_seeds`` and
+``load_model``, which rebuilds a saved model from its safetensors file);
+``attention_probabilities`` (``model``) returns a model's per-head attention weights, computed on
+its forward pass.
 """
 
-from rope_tutor.lab import stats
+from rope_tutor.lab import stats, verdicts
 from rope_tutor.lab.data import load_corpus, needle_batch
 from rope_tutor.lab.extend import extension_methods
 from rope_tutor.lab.model import (
@@ -48,4 +50,5 @@ __all__ = [
     "needle_batch",
     "stats",
     "train",
+    "verdicts",
 ]
