@@ -2,7 +2,7 @@
 
 Chapter "ALiBi: attention with linear biases". Press, Smith & Lewis, "Train Short, Test Long:
 Attention with Linear Biases Enables Input Length Extrapolation" (ICLR 2022). No position embedding
-is added anywhere; each head ``h`` adds ``-m_h * (i - j)`` to the logit of query ``i`` and key
+is added anywhere; each head ``h`` adds ``-s_h * (i - j)`` to the logit of query ``i`` and key
 ``j``, after the ``1/sqrt(head_dim)`` scaling (the bias is not divided by it).
 """
 
@@ -19,9 +19,9 @@ __all__ = ["alibi_attention", "alibi_bias", "alibi_slopes"]
 
 
 def alibi_slopes(num_heads: int) -> torch.Tensor:
-    """The head-specific slopes ``m_h`` of ALiBi, float32, shape ``(num_heads,)``.
+    """The head-specific slopes ``s_h`` of ALiBi, float32, shape ``(num_heads,)``.
 
-    For ``num_heads = n`` a power of two, ``m_h = 2 ** (-8h / n)`` for ``h = 1 .. n``: a geometric
+    For ``num_heads = n`` a power of two, ``s_h = 2 ** (-8h / n)`` for ``h = 1 .. n``: a geometric
     sequence from ``2 ** (-8/n)`` down to ``1/256`` (equation (alibi-slopes)). For other ``n`` the
     paper's rule (equation (alibi-slopes-general)): the ``c = 2 ** floor(log2 n)`` slopes of ``c``
     heads, then every other slope of ``2c`` heads, starting with the first, ``n - c`` of them,
@@ -48,7 +48,7 @@ def _linear_bias(
     key_positions: torch.Tensor,
     causal: bool,
 ) -> torch.Tensor:
-    """``-m_h (i - j)`` (future keys ``-inf``) or ``-m_h |i - j|``: ``(heads, queries, keys)``."""
+    """``-s_h (i - j)`` (future keys ``-inf``) or ``-s_h |i - j|``: ``(heads, queries, keys)``."""
     distance = (query_positions[:, None] - key_positions[None, :]).to(slopes.dtype)  # i - j
     if causal:  # a future key is infinitely far: -m * inf = -inf, in the same single pass
         distance = distance.masked_fill(distance < 0, float("inf"))
@@ -67,9 +67,9 @@ def alibi_bias(
 ) -> torch.Tensor:
     """The ALiBi bias added to the logits: float32, shape ``(num_heads, query_len, key_len)``.
 
-    Entry ``[h, i, j]`` is ``-m_h (i - j)`` with ``m_h = alibi_slopes(num_heads)[h]``, and ``-inf``
+    Entry ``[h, i, j]`` is ``-s_h (i - j)`` with ``s_h = alibi_slopes(num_heads)[h]``, and ``-inf``
     for future keys ``j > i`` when ``causal`` (equation (alibi-bias-causal)); without ``causal`` it
-    is ``-m_h |i - j|`` (equation (alibi-bias-bidirectional)). ``key_len`` defaults to
+    is ``-s_h |i - j|`` (equation (alibi-bias-bidirectional)). ``key_len`` defaults to
     ``query_len``; when it is larger, the queries are the last ``query_len`` of the ``key_len``
     positions (decoding with a cache), so query ``i`` sits at position ``key_len - query_len + i``.
     Press, Smith & Lewis (2022), section 3.

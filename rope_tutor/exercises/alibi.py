@@ -146,7 +146,7 @@ def _zero_above_diagonal(
 register(
     Exercise(
         name="alibi_bias",
-        summary="ALiBi's bias -m_h (m - n), query m, key n (causal: n > m masked) or -m_h |m - n|",
+        summary="ALiBi's bias -s_h (m - n), query m, key n (causal: n > m masked) or -s_h |m - n|",
         signature=(
             "(num_heads, query_len, key_len=None, causal=True) "
             "-> Tensor[num_heads, query_len, key_len]"
@@ -161,25 +161,25 @@ register(
             Case.of(6, 1, 9),
         ),
         hint=(
-            "entry [h, r, n] is -m_h * (m - n) with m_h = alibi_slopes(num_heads)[h], where query "
+            "entry [h, r, n] is -s_h * (m - n) with s_h = alibi_slopes(num_heads)[h], where query "
             "row r sits at position m = key_len - query_len + r; causal: future keys (n > m) get "
-            "-inf; not causal: -m_h * |m - n|. Return float32."
+            "-inf; not causal: -s_h * |m - n|. Return float32."
         ),
         mistakes=(
             Mistake(
-                "you built the key-only form +m_h * n (the authors' code, Bloom). It gives the "
-                "same softmax under a causal mask, but it is not the bias -m_h (m - n) asked for, "
+                "you built the key-only form +s_h * n (the authors' code, Bloom). It gives the "
+                "same softmax under a causal mask, but it is not the bias -s_h (m - n) asked for, "
                 "and it is wrong for bidirectional attention.",
                 _key_only,
             ),
             Mistake(
-                "your sign is flipped: the bias is a penalty, -m_h (m - n) <= 0, so distant keys "
+                "your sign is flipped: the bias is a penalty, -s_h (m - n) <= 0, so distant keys "
                 "get smaller logits.",
                 _wrong_sign,
             ),
             Mistake(
                 "without the causal mask the distance must be |m - n|: keys on both sides are "
-                "penalized, -m_h |m - n|.",
+                "penalized, -s_h |m - n|.",
                 _no_abs,
             ),
             Mistake(
