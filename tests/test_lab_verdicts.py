@@ -203,3 +203,18 @@ def test_from_saved_reads_the_chapter_results_and_matches_the_summary() -> None:
     }
     with pytest.raises(ValueError, match="arm='rope'"):
         ledger.matches_summary(altered)
+
+
+def test_the_answers_table_is_one_table_of_known_verdicts() -> None:
+    """Both chapter 12 pages check this one table: every verdict is one of VERDICTS, 43 in all."""
+    from rope_tutor.lab.verdicts import ANSWERS_TABLE, VERDICTS
+
+    stated = [v for entries in ANSWERS_TABLE.values() for v in entries.values()]
+    assert set(stated) <= set(VERDICTS)
+    assert len(ANSWERS_TABLE) == 12 and len(stated) == 43
+    # the three entries the evidence page's own copy once lacked
+    assert ANSWERS_TABLE["YaRN's beta, short window"]["fast4_vs_fast2_4"] == "tie"
+    assert ANSWERS_TABLE["YaRN's beta, short window"]["paper_vs_fast4_4"] == "worse"
+    assert ANSWERS_TABLE["longer than planned, no fine-tuning"]["pm_vs_fixed_16"] == "worse"
+    with pytest.raises(TypeError):
+        ANSWERS_TABLE["PI without fine-tuning"]["pi_cost"] = "tie"  # type: ignore[index]

@@ -24,6 +24,7 @@ from rope_tutor import palette
 from rope_tutor.lab import stats
 
 __all__ = [
+    "ANSWERS_TABLE",
     "ARM_LABELS",
     "ClaimError",
     "Glue",
@@ -41,6 +42,48 @@ __all__ = [
 VERDICTS = ("better", "worse", "tie")
 #: A verdict's mark in the tables: lower loss than the reference, higher, a tie.
 MARK = MappingProxyType({"better": "↓", "worse": "↑", "tie": "="})
+
+#: Chapter 12's "The answers in one table", row by row: for each row, the claims (by the name the
+#: pages give them) and the verdict the row states. Defined once here, so that the chapter page and
+#: its evidence page check the same table.
+_ANSWERS: dict[str, dict[str, str]] = {
+    "one rule, no fine-tuning": {
+        "mf4_vs_dyn_2": "tie", "mfast4_vs_myarn_4": "better",
+        "mfast4_vs_myarn_8": "tie", "mfast4_vs_myarn_16": "tie",
+    },
+    "no fine-tuning, up to 2T": {
+        "dyn_vs_rope_2": "better", "dyn_vs_ntk_2": "tie", "ntk_cost": "worse",
+    },
+    "no fine-tuning, up to 4T": {"yarn_vs_ntk_4": "better", "ex_4_vs_paper": "better"},
+    "Llama 3's rule, s = 4": {"llama3_vs_yarn_4": "better", "llama3_vs_fast4_4": "worse"},
+    "temperature alone, s = 4": {"temp_vs_rope_4": "better", "yarn_vs_temp_4": "better"},
+    "YaRN's beta, short window": {
+        "resc_vs_fast4_4": "worse", "paper_vs_fast1_4": "tie",
+        "fast4_vs_fast1_4": "tie", "fast4_vs_fast2_4": "tie",
+        "paper_vs_fast2_4": "worse", "paper_vs_fast3_4": "worse",
+        "paper_vs_fast4_4": "worse", "fast4_vs_fast3_4": "better",
+    },
+    "YaRN's temperature": {
+        "rule_vs_best_4": "tie", "rule_vs_best_2": "tie",
+        "rule_vs_best_8": "tie", "rule_vs_none_4": "better",
+    },
+    "PI without fine-tuning": {"pi_cost": "worse", "pi_vs_rope_4": "worse"},
+    "100 steps at 4T": {
+        "ft_yarn_vs_plain_4": "tie", "ft_ntk_vs_plain_4": "tie", "ft_pi_vs_plain_4": "worse",
+    },
+    "fine-tuning with PI": {"pi200_4_vs_rope_1": "tie", "pi400_vs_plain_4": "tie"},
+    "longer than planned, no fine-tuning": {
+        "ym_vs_rope_8": "better", "ym_vs_ntk_8": "better",
+        "mfast4_vs_myarn_8": "tie", "mfast4_vs_myarn_16": "tie",
+        "pm_vs_fixed_8": "worse", "pm_vs_fixed_16": "worse", "nm_vs_fixed_8": "worse",
+    },
+    "past the fine-tuning length": {
+        f"ft_{arm}_past_8": "worse" for arm in ("plain", "pi", "ntk", "yarn")
+    },
+}
+ANSWERS_TABLE: Mapping[str, Mapping[str, str]] = MappingProxyType(
+    {row: MappingProxyType(entries) for row, entries in _ANSWERS.items()}
+)
 
 #: Chapter 12's name for each arm whose palette name is not enough: every YaRN arm by its
 #: beta = (beta_fast, beta_slow), written out.
