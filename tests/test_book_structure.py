@@ -113,3 +113,18 @@ def test_install_cell_names_this_release(notebook: str) -> None:
     assert installs == [rope_tutor.__version__], (
         f"{notebook}: the install cell must name v{rope_tutor.__version__}, found {installs}"
     )
+
+
+def test_colab_opens_the_release_the_install_cells_pin() -> None:
+    """The Colab button opens blob/<branch>/ of the repository: that branch is the tag the install
+    cells pin, so a chapter opened on Colab and the package it installs come from one release; the
+    preface's example address names the same tag."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    tag = f"v{rope_tutor.__version__}"
+    assert config["repository"]["branch"] == tag
+    cells = json.loads((ROOT / "book" / "00_preface.ipynb").read_text(encoding="utf-8"))["cells"]
+    text = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    colab = r"colab\.research\.google\.com/github/rope-tutor/rope-tutor/blob/([^/]+)/"
+    addresses = re.findall(colab, text)
+    assert addresses == [tag], addresses
+    assert f"the release `{tag}`" in text

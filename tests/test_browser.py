@@ -43,9 +43,11 @@ import pytest
 from browser_binaries import INSTALL, find_browser
 from conftest import ROOT, toc_files
 
+import rope_tutor
+
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 REPOSITORY = "https://github.com/rope-tutor/rope-tutor"
-COLAB = "https://colab.research.google.com/github/rope-tutor/rope-tutor/blob/main/"
+COLAB = f"https://colab.research.google.com/github/rope-tutor/rope-tutor/blob/v{rope_tutor.__version__}/"
 CHAPTER = re.compile(r"^book/(0[1-9]|1[0-9])_")  # numbered chapters; 00 is the preface
 MAX_SCREENSHOT_HEIGHT = 16000  # Chromium's limit for one capture is 16384 pixels
 #: The words each chapter's first box must contain, per edition (translators: keep these three).
