@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from rope_tutor import palette
+import rope_tutor.palette as palette
 from rope_tutor.lab import stats
 
 __all__ = [
