@@ -28,6 +28,7 @@ from rope_tutor.lab.data import (
     training_batches,
 )
 from rope_tutor.lab.evaluate import (
+    cache_losses,
     cached_logits,
     chunked_loss,
     fixed_target_losses,
@@ -515,6 +516,37 @@ def test_cached_logits_refuses_bad_input_with_the_value() -> None:
         cached_logits(make_model("alibi"), tokens, "raw")
     with pytest.raises(ValueError, match="int64"):
         cached_logits(make_model("rope"), tokens.float(), "raw")
+
+
+def test_cache_losses_reads_each_model_three_ways_and_restores_its_scaling() -> None:
+    window = 8
+    models = [make_model("rope", context=window, seed=seed).double() for seed in (0, 1)]
+    models[1].set_rope_scaling({"rope_type": "linear", "factor": 2.0})  # restored afterwards
+    dynamic = {"rope_type": "dynamic", "factor": 1.0, "original_max_position_embeddings": window}
+    windows = random_tokens(3, 2 * window + 1)
+    losses = cache_losses(models, windows, dynamic)
+    assert set(losses) == {"none", "raw", "rotated"}
+    assert all(v.shape == (2, 3, 2 * window) for v in losses.values())
+    assert models[0].rope_scaling is None and models[1].rope_scaling["rope_type"] == "linear"
+    with torch.no_grad():
+        for k, model in enumerate(models):
+            model.set_rope_scaling(None)
+            own = torch.nn.functional.cross_entropy(
+                model(windows[:, :-1]).transpose(1, 2), windows[:, 1:], reduction="none"
+            )
+            assert torch.equal(losses["none"][k], own)
+            model.set_rope_scaling(dynamic)
+            rotated = cached_logits(model, windows[:, :-1], "rotated")
+            expected = torch.nn.functional.cross_entropy(
+                rotated.transpose(1, 2), windows[:, 1:], reduction="none"
+            )
+            assert torch.equal(losses["rotated"][k], expected)
+    # inside the window the three readings agree; past it the caches differ
+    assert torch.allclose(losses["raw"][..., :window], losses["none"][..., :window], atol=1e-10)
+    assert torch.equal(losses["raw"][..., :window], losses["rotated"][..., :window])
+    assert (losses["raw"][..., window:] - losses["rotated"][..., window:]).abs().amax() > 1e-6
+    with pytest.raises(ValueError, match="int64"):
+        cache_losses(models, windows.float(), dynamic)
 
 
 def test_chunked_protocol_cuts_the_stream_into_non_overlapping_chunks() -> None:

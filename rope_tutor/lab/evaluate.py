@@ -13,11 +13,15 @@ Part V, "Train short, test long" and "Finding the needle".
 - ``cached_logits``: a RoPE model read one byte at a time with a KV cache, as generation does,
   keys cached before or after rotation (chapter "NTK-aware scaling": with dynamic NTK the two
   differ past the trained window).
+- ``cache_losses``: the per-byte losses of several models read without scaling and, under one
+  scaling, with each cache (the measurement of that chapter).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +32,7 @@ from rope_tutor.rope import RotaryEmbedding, apply_rope
 
 __all__ = [
     "CACHES",
+    "cache_losses",
     "cached_logits",
     "fixed_target_losses",
     "fixed_target_window_losses",
@@ -279,3 +284,41 @@ def cached_logits(model: torch.nn.Module, tokens: torch.Tensor, cache: str) -> t
             x = x + block.mlp(block.mlp_norm(x))
         out.append(F.linear(model.final_norm(x), model.embed.weight))  # tied output layer
     return torch.cat(out, dim=1)
+
+
+@torch.no_grad()
+def cache_losses(
+    models: Sequence[torch.nn.Module], windows: torch.Tensor, scaling: Mapping[str, Any]
+) -> dict[str, torch.Tensor]:
+    """Per-byte losses (nats) of each model on ``windows``, read three ways.
+
+    Chapter "NTK-aware scaling", section "What the outdated keys cost". ``windows`` is int64
+    ``(n_windows, span + 1)``: bytes ``[:, :-1]`` are read, bytes ``[:, 1:]`` predicted. Returns
+    ``{"none": ..., "raw": ..., "rotated": ...}``, each ``(len(models), n_windows, span)`` in the
+    models' dtype: ``"none"`` the model's own forward pass without scaling, ``"raw"`` and
+    ``"rotated"`` ``cached_logits`` with that cache under ``scaling``. Each model's scaling is
+    restored afterwards. Raises ``ValueError`` for ``windows`` that are not int64 ``(n, span + 1)``
+    with ``span >= 1`` (and, through ``cached_logits``, for a model without RoPE).
+    """
+    if windows.dim() != 2 or windows.dtype != torch.long or windows.shape[1] < 2:
+        raise ValueError(
+            f"windows must be an int64 tensor of shape (n, span + 1), span >= 1, got dtype "
+            f"{windows.dtype} and shape {tuple(windows.shape)}"
+        )
+    inputs, targets = windows[:, :-1], windows[:, 1:]
+
+    def per_byte(logits: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+
+    losses: dict[str, list[torch.Tensor]] = {name: [] for name in ("none", *CACHES)}
+    for model in models:
+        before = getattr(model, "rope_scaling", None)
+        try:
+            model.set_rope_scaling(None)
+            losses["none"].append(per_byte(model(inputs)))
+            model.set_rope_scaling(scaling)
+            for cache in CACHES:
+                losses[cache].append(per_byte(cached_logits(model, inputs, cache)))
+        finally:
+            model.set_rope_scaling(before)
+    return {name: torch.stack(rows) for name, rows in losses.items()}
