@@ -536,11 +536,13 @@ def test_cache_losses_reads_each_model_three_ways_and_restores_its_scaling() -> 
             )
             assert torch.equal(losses["none"][k], own)
             model.set_rope_scaling(dynamic)
-            rotated = cached_logits(model, windows[:, :-1], "rotated")
-            expected = torch.nn.functional.cross_entropy(
-                rotated.transpose(1, 2), windows[:, 1:], reduction="none"
-            )
-            assert torch.equal(losses["rotated"][k], expected)
+            for cache in ("raw", "rotated"):
+                # the reference computes each score's angles directly, not through cached_logits
+                logits = _cached_logits_by_angles(model, windows[:, :-1], cache)
+                expected = torch.nn.functional.cross_entropy(
+                    logits.transpose(1, 2), windows[:, 1:], reduction="none"
+                )
+                assert torch.allclose(losses[cache][k], expected, rtol=0, atol=1e-6), cache
     # inside the window the three readings agree; past it the caches differ
     assert torch.allclose(losses["raw"][..., :window], losses["none"][..., :window], atol=1e-10)
     assert torch.equal(losses["raw"][..., :window], losses["rotated"][..., :window])
