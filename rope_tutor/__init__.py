@@ -36,6 +36,7 @@ from rope_tutor.rope import (
     interleaved_to_half_permutation,
     rope_frequencies,
     rope_matrix,
+    rope_with_bfloat16_angles,
     rotate_half,
     rotate_interleaved,
 )

@@ -47,6 +47,7 @@ __all__ = [
     "rope_cos_sin",
     "rope_frequencies",
     "rope_matrix",
+    "rope_with_bfloat16_angles",
     "rotate_half",
     "rotate_interleaved",
 ]
@@ -293,6 +294,27 @@ def apply_rope_complex(
     rotation = torch.polar(torch.ones_like(angles), angles)  # e^(i m theta_i)
     z = torch.view_as_complex(x.to(real).reshape(*x.shape[:-1], dim // 2, 2).contiguous())
     return torch.view_as_real(z * rotation).flatten(-2).to(x.dtype)
+
+
+def rope_with_bfloat16_angles(
+    x: torch.Tensor, positions: torch.Tensor, *, base: float = 10000.0
+) -> torch.Tensor:
+    """RoPE with its angles formed in bfloat16: the bug, kept for comparison only; do not use.
+
+    Chapter "RoPE's distance, base and precision", section "Precision: form the angles in
+    float32": Hugging Face transformers 4.38.0 and 4.38.1 formed the angles ``m * theta_i`` in
+    bfloat16 under ``torch.autocast`` (fixed by PR #29285). Here the positions and the float32
+    frequencies are rounded to bfloat16, their product is rounded to bfloat16, and cos and sin are
+    taken in bfloat16; the rotation is the half layout, ``x * cos + rotate_half(x) * sin``.
+    ``x`` is ``(..., seq, dim)``, ``positions`` a ``(seq,)`` tensor. No input checks and no
+    scaling: ``apply_rope`` is the correct function.
+    """
+    angles = positions.to(torch.bfloat16)[:, None] * rope_frequencies(x.shape[-1], base).to(
+        x.device, torch.bfloat16
+    )  # (seq, dim/2), bfloat16
+    cos = torch.cat((angles.cos(), angles.cos()), dim=-1)
+    sin = torch.cat((angles.sin(), angles.sin()), dim=-1)
+    return x * cos + rotate_half(x) * sin
 
 
 def rope_matrix(position: float, dim: int, *, base: float = 10000.0) -> torch.Tensor:

@@ -37,6 +37,7 @@ from rope_tutor.rope import (
     interleaved_to_half_permutation,
     rope_frequencies,
     rope_matrix,
+    rope_with_bfloat16_angles,
     rotate_half,
     rotate_interleaved,
 )
@@ -571,3 +572,41 @@ X = torch.zeros(2, 3, 8)
 def test_bad_input_raises_naming_the_argument(call, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         call()
+
+
+
+def _wrap(angle: torch.Tensor) -> torch.Tensor:
+    return torch.remainder(angle + math.pi, 2 * math.pi) - math.pi
+
+
+def test_rope_with_bfloat16_angles_rounds_the_angles_to_bfloat16() -> None:
+    """The kept bug: pair j turns by bf16(bf16(m) * bf16(theta_j)), read back from cos and sin."""
+    dim = 16
+    positions = torch.tensor([0, 1, 255, 257, 3990, 4000, 5000, 65_537])
+    x = torch.cat((torch.ones(len(positions), dim // 2), torch.zeros(len(positions), dim // 2)), -1)
+    out = rope_with_bfloat16_angles(x.double(), positions)  # half layout: cos_j, then sin_j
+    got = torch.atan2(out[:, dim // 2 :], out[:, : dim // 2])  # each pair's angle, (seq, dim/2)
+    # Independent reference: round position and theta to bfloat16, multiply in float64 (exact for
+    # two 8-bit significands), round the product to bfloat16 once.
+    theta_bf16 = rope_frequencies(dim).to(torch.bfloat16).double()
+    product = positions.to(torch.bfloat16).double()[:, None] * theta_bf16
+    expected = product.to(torch.bfloat16).double()
+    assert _wrap(got - expected).abs().max() < 2**-6  # cos and sin are bfloat16: about 2^-8 each
+    exact = positions.double()[:, None] * rope_frequencies(dim).double()
+    assert _wrap(exact - got)[positions == 5000, 0].abs().item() > 1  # 5000 turned as 4992
+
+
+def test_rope_with_bfloat16_angles_equals_apply_rope_where_the_angles_are_exact() -> None:
+    """base 256, dim 8: theta = 1, 1/4, 1/16, 1/64, so m theta_j is exact in bfloat16 to m = 256."""
+    theta = rope_frequencies(8, 256.0)
+    assert theta.tolist() == [1.0, 0.25, 0.0625, 0.015625]
+    positions = torch.arange(0, 257)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(3, len(positions), 8, generator=generator, dtype=torch.float64)
+    got = rope_with_bfloat16_angles(x, positions, base=256.0)
+    want = apply_rope(x, positions, base=256.0)
+    pair_len = torch.hypot(x[..., :4], x[..., 4:]).repeat(1, 1, 2)
+    assert ((got - want).abs() <= 2 * 2**-8 * pair_len).all()  # only cos and sin are rounded
+    far = torch.tensor([4001])  # not exact there: the bug shows
+    broken, right = (f(x[:, :1], far, base=256.0) for f in (rope_with_bfloat16_angles, apply_rope))
+    assert not torch.allclose(broken, right, atol=0.1)
