@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from rope_tutor.lab.stats import Interval
 from rope_tutor.real import report
 
 
@@ -85,6 +86,27 @@ def test_minus_reference_and_across_texts() -> None:
     half = 4.302652729911275 * sd / math.sqrt(3)  # Student-t, 2 degrees of freedom, 97.5 %
     iv = across[("ntk", "first")]
     assert math.isclose(iv.mean, mean) and math.isclose(iv.high - iv.mean, half, rel_tol=1e-9)
+
+
+def test_compact_table_marks_each_interval() -> None:
+    intervals = {
+        ("a", "early"): Interval(0.010, -0.020, 0.040, 3),  # holds 0: not resolved
+        ("b", "early"): Interval(0.050, 0.010, 0.090, 3),  # wholly above 0: reference lower
+        ("a", "late"): Interval(-0.050, -0.090, -0.010, 3),  # wholly below 0: reference higher
+        ("b", "late"): Interval(0.0, 0.0, 0.020, 3),  # 0 on the edge counts as held
+    }
+    columns = {"a": "method A", "b": "method B"}
+    text = report.compact_table("title", intervals, ["early", "late"], columns, reference="R")
+    lines = text.split("\n")
+    assert lines[0] == "title" and len(lines) == 5
+    assert lines[1].split(" | ")[1:] == [f"{'method A':<25}", f"{'method B':<25}"]
+    early, late = ([c.strip() for c in line.split(" | ")] for line in lines[2:4])
+    assert early == ["early", "+0.010 [-0.020, +0.040] =", "+0.050 [+0.010, +0.090] ↑"]
+    assert late == ["late", "-0.050 [-0.090, -0.010] ↓", "+0.000 [+0.000, +0.020] ="]
+    assert all(len(c) == 25 for line in lines[2:4] for c in line.split(" | ")[1:])  # padded columns
+    assert lines[4].startswith("↑ resolved, R lower | ↓ resolved, R higher")
+    with pytest.raises(KeyError):
+        report.compact_table("title", intervals, ["middle"], {"a": "method A"})
 
 
 def test_break_position_is_the_first_bin_past_the_window_that_stays_above() -> None:

@@ -11,7 +11,7 @@ with the functions here, so that each computation has one implementation:
 - ``range_mean`` is the mean loss over positions ``[lo, hi)``; ``paired_bins`` the mean of the
   per-bin differences of two passes over ``[lo, hi)`` and its standard error, and ``is_tie`` the
   chapter's one tie rule, ``|mean| < 2 SE``; ``minus_reference`` and ``across_texts`` apply them
-  to every method, range and text;
+  to every method, range and text; ``compact_table`` lays ``across_texts``' intervals out as text;
 - ``break_position`` dates where the unscaled model breaks;
 - ``window_means`` and ``one_pass_mean`` read sliding windows and check their first window
   against the one pass; ``later_windows`` compares two methods on the windows after the first;
@@ -35,6 +35,7 @@ from rope_tutor.lab.stats import Interval, mean_interval, paired_difference
 __all__ = [
     "across_texts",
     "break_position",
+    "compact_table",
     "dynamic_curve",
     "is_tie",
     "later_windows",
@@ -192,6 +193,37 @@ def across_texts(
             values = [v[0] for (_, m_, s_), v in differences.items() if (m_, s_) == (m, span)]
             out[(m, span)] = mean_interval(values)
     return out
+
+
+def compact_table(
+    title: str,
+    intervals: Mapping[tuple[str, str], Interval],
+    spans: Sequence[str],
+    columns: Mapping[str, str],
+    digits: int = 3,
+    reference: str = "YaRN",
+) -> str:
+    """Each method minus the reference (a column) over each span (a row) as lines of text: the
+    interval (``intervals[(method, span)]``, e.g. ``across_texts``' output) and whether it resolves.
+
+    ``columns`` maps each method to its column heading, in order. A cell ends in ``=`` when the
+    interval holds 0 (not resolved), ``↑`` when it lies wholly above 0 (the reference lower) and
+    ``↓`` when wholly below; the last line is that legend, naming ``reference``. Returns the
+    lines joined by newlines (the pages print it).
+    """
+    lines = [title, f"{'':>19} | " + " | ".join(f"{name:<25}" for name in columns.values())]
+    for span in spans:
+        cells = []
+        for method in columns:
+            iv = intervals[(method, span)]
+            mark = "=" if iv.holds(0.0) else ("↑" if iv.low > 0 else "↓")
+            cells.append(f"{iv.format(digits, signed=True)} {mark}")
+        lines.append(f"{span:>19} | " + " | ".join(f"{c:<25}" for c in cells))
+    lines.append(
+        f"↑ resolved, {reference} lower | ↓ resolved, {reference} higher"
+        " | = not resolved (the interval holds 0)"
+    )
+    return "\n".join(lines)
 
 
 def break_position(
