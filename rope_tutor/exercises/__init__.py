@@ -10,7 +10,7 @@ Usage in a notebook::
     check("sinusoidal_encoding", my_sinusoidal_encoding)   # prints a verdict, returns True/False
 
 Each exercise is registered once, in the checker module of its part (``absolute``, ``rope``,
-``alibi``, ``scaling``, ``lab``, ``real``), with:
+``alibi``, ``scaling``, ``lab``, ``real``, ``fast``), with:
 
 * deterministic test inputs (:class:`Case`, built from a fixed seed, fresh for every call so a
   candidate that modifies its input in place cannot corrupt the reference's input);
@@ -43,6 +43,7 @@ from rope_tutor.exercises import (  # noqa: I001  (book order, not alphabetical)
     scaling,  # noqa: F401  (Part IV)
     lab,  # noqa: F401  (Part V)
     real,  # noqa: F401  (A real model past its window)
+    fast,  # noqa: F401  (Part VI)
 )
 
 __all__ = [
