@@ -161,6 +161,7 @@ def test_the_back_matter_names_every_page_that_installs_more() -> None:
         "".join(cell["source"])
         for cell in json.loads((ROOT / "book/reproduce.ipynb").read_text(encoding="utf-8"))["cells"]
     )
-    sentence = box[box.index("Some pages install more") : box.index("Here it is in its minimal form")]
+    start, end = box.index("Some pages install more"), box.index("Here it is in its minimal form")
+    sentence = box[start:end]
     named = set(re.findall(r"\{doc\}`([\w.]+)`", sentence))
     assert named == more, f"the box names {sorted(named)}; the install cells say {sorted(more)}"
