@@ -306,9 +306,16 @@ def rope_with_bfloat16_angles(
     bfloat16 under ``torch.autocast`` (fixed by PR #29285). Here the positions and the float32
     frequencies are rounded to bfloat16, their product is rounded to bfloat16, and cos and sin are
     taken in bfloat16; the rotation is the half layout, ``x * cos + rotate_half(x) * sin``.
-    ``x`` is ``(..., seq, dim)``, ``positions`` a ``(seq,)`` tensor. No input checks and no
-    scaling: ``apply_rope`` is the correct function.
+    ``x`` is ``(..., seq, dim)`` with ``dim`` even, ``positions`` a ``(seq,)`` tensor; raises
+    ``ValueError`` otherwise. No scaling: ``apply_rope`` is the correct function.
     """
+    if x.dim() < 2 or x.shape[-1] % 2:
+        raise ValueError(f"x must be (..., seq, dim) with dim even, got shape {tuple(x.shape)}")
+    if positions.dim() != 1 or positions.shape[0] != x.shape[-2]:
+        raise ValueError(
+            f"positions must be a (seq,) tensor with seq = x.shape[-2] = {x.shape[-2]}, got shape "
+            f"{tuple(positions.shape)}"
+        )
     angles = positions.to(torch.bfloat16)[:, None] * rope_frequencies(x.shape[-1], base).to(
         x.device, torch.bfloat16
     )  # (seq, dim/2), bfloat16

@@ -610,3 +610,11 @@ def test_rope_with_bfloat16_angles_equals_apply_rope_where_the_angles_are_exact(
     far = torch.tensor([4001])  # not exact there: the bug shows
     broken, right = (f(x[:, :1], far, base=256.0) for f in (rope_with_bfloat16_angles, apply_rope))
     assert not torch.allclose(broken, right, atol=0.1)
+
+
+def test_rope_with_bfloat16_angles_refuses_bad_shapes_with_the_value() -> None:
+    x = torch.zeros(4, 8)
+    with pytest.raises(ValueError, match=r"positions must .* got shape \(3,\)"):
+        rope_with_bfloat16_angles(x, torch.arange(3))
+    with pytest.raises(ValueError, match=r"dim even, got shape \(4, 7\)"):
+        rope_with_bfloat16_angles(torch.zeros(4, 7), torch.arange(4))
