@@ -23,10 +23,11 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
 
     For ``num_heads = n`` a power of two, ``s_h = 2 ** (-8h / n)`` for ``h = 1 .. n``: a geometric
     sequence from ``2 ** (-8/n)`` down to ``1/256`` (equation (alibi-slopes)). For other ``n`` the
-    paper's rule (equation (alibi-slopes-general)): the ``c = 2 ** floor(log2 n)`` slopes of ``c``
-    heads, then every other slope of ``2c`` heads, starting with the first, ``n - c`` of them,
-    i.e. ``2 ** (-8(2j - 1) / (2c))`` for ``j = 1 .. n - c``. The list is not sorted. This is the
-    authors' ``get_slopes`` (Press, Smith & Lewis 2022), also used by GPT-NeoX and Bloom.
+    rule of the authors' code, ``get_slopes`` (equation (alibi-slopes-general)), not the formula
+    read literally (the paper, Press, Smith & Lewis 2022, trained only power-of-two head counts):
+    the ``c = 2 ** floor(log2 n)`` slopes of ``c`` heads, then every other slope of ``2c`` heads,
+    starting with the first, ``n - c`` of them, i.e. ``2 ** (-8(2j - 1) / (2c))`` for
+    ``j = 1 .. n - c``. The list is not sorted. GPT-NeoX, Bloom and MPT use the same slopes.
 
     Computed in float64 and returned as float32. Raises ``ValueError`` if ``num_heads`` is not an
     int >= 1.

@@ -39,7 +39,7 @@ def _even_extra_slopes(num_heads: int) -> torch.Tensor:
 register(
     Exercise(
         name="alibi_slopes",
-        summary="ALiBi's head slopes, with the paper's rule for head counts that are not 2**k",
+        summary="ALiBi's head slopes, with the authors' code's rule for head counts not 2**k",
         signature="(num_heads) -> Tensor[num_heads]",
         reference=alibi_slopes,
         cases=(Case.of(1), Case.of(8), Case.of(16), Case.of(12), Case.of(6), Case.of(5)),
@@ -51,8 +51,8 @@ register(
         mistakes=(
             Mistake(
                 "you used 2**(-8h/H) for every head count H. That is right only when H is a power "
-                "of two; otherwise the paper takes the slopes of the nearest lower power of two, "
-                "then every other slope of the next one.",
+                "of two; otherwise the authors' code (get_slopes) takes the slopes of the nearest "
+                "lower power of two, then every other slope of the next one.",
                 _naive_slopes,
             ),
             Mistake(
@@ -61,7 +61,7 @@ register(
                 _slopes_from_zero,
             ),
             Mistake(
-                "you sorted the slopes. The paper's list is the c slopes of the lower power of two "
+                "you sorted the slopes. The code's list is the c slopes of the lower power of two "
                 "followed by the extra ones, unsorted; head h must get exactly its slope.",
                 _sorted_slopes,
             ),
