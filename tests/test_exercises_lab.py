@@ -136,7 +136,7 @@ def test_guess_accuracy_rejects_typical_mistakes(wrong, named, capsys) -> None:
 
 
 def test_lab_exercises_come_in_book_order() -> None:
-    names = list_exercises()  # Part V's, then the real-model chapter's (which follows Part V)
-    assert names[-3:] == ["never_turn", "needle_guess_accuracy", "hf_dynamic_base"]
+    names = list_exercises()  # Part V's, the real-model chapter's (which follows), then Part VI's
+    assert names[-4:] == ["never_turn", "needle_guess_accuracy", "hf_dynamic_base", "rope_floor"]
     assert get_exercise("never_turn").chapter == "lab_train_short_test_long"
     assert get_exercise("needle_guess_accuracy").chapter == "lab_passkey"
