@@ -170,9 +170,14 @@ def test_compare_tensors() -> None:
     x = torch.tensor([1.0, 2.0])
     assert compare_outputs(x, x.clone(), 1e-5, 1e-5) is None
     assert compare_outputs(x, x + 1e-7, 1e-5, 1e-5) is None
-    assert "first bad entry at (1,): expected 2, got 2.5" in compare_outputs(
+    assert "the largest difference, 0.5, is at (1,): expected 2, got 2.5" in compare_outputs(
         x, torch.tensor([1.0, 2.5]), 1e-5, 1e-5
     )
+    # Two wrong entries: the message names the one that differs most, not the first one.
+    y = torch.tensor([1.0, 2.0, 3.0])
+    message = compare_outputs(y, torch.tensor([1.1, 2.0, 5.0]), 1e-5, 1e-5)
+    assert "the largest difference, 2, is at (2,): expected 3, got 5" in message
+    assert "(0,)" not in message
     assert "expected a tensor" in compare_outputs(x, [1.0, 2.0], 1e-5, 1e-5)
     assert "inf or nan" in compare_outputs(x, torch.tensor([1.0, math.nan]), 1e-5, 1e-5)
 

@@ -151,7 +151,7 @@ def compare_outputs(expected: Any, got: Any, rtol: float, atol: float) -> str | 
             flat = int((val - exp).abs().nan_to_num(0.0).flatten().argmax())
             index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), exp.shape))
             return (
-                f"values differ (largest difference {worst:.3g}); first bad entry at {index}: "
+                f"values differ; the largest difference, {worst:.3g}, is at {index}: "
                 f"expected {exp[index].item():.6g}, got {val[index].item():.6g}"
             )
         return None
