@@ -83,8 +83,8 @@ register(
                 _wavelength_without_two_pi,
             ),
             Mistake(
-                "the exponent of pair i is 2i / dim (pair i holds features 2i and 2i + 1), "
-                "not i / dim.",
+                "the exponent of pair i is 2i / dim, not i / dim: pair i is the i-th of the "
+                "dim / 2 pairs, so i / (dim / 2) = 2i / dim.",
                 _exponent_without_two,
             ),
             Mistake(
