@@ -261,3 +261,60 @@ def test_decode_step_writes_only_its_cache_slot() -> None:
     assert_agree(k_cache[:, :, 100:101], apply_rope(k_new, torch.tensor([100])), k_new)
     k_cache[:, :, 100] = 0
     assert torch.equal(k_cache, torch.zeros_like(k_cache))
+
+
+def _chapter_check(x: torch.Tensor, positions: torch.Tensor, layout: str) -> None:
+    """The chapter's check (book/14_fast_rope.ipynb): new tensor and out= against apply_rope."""
+    reference = apply_rope(x, positions, layout=layout)
+    out = torch.full_like(x, float("nan"))
+    for result in (
+        apply_rope_fast(x, positions, layout=layout),
+        apply_rope_fast(x, positions, layout=layout, out=out),
+    ):
+        assert_agree(result, reference, x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_chapter_check_reaches_the_block_loop_and_catches_a_wrong_one(
+    monkeypatch, dtype, layout: str
+) -> None:
+    """A detached multi-block input runs the loop, and the check fails when the loop is wrong."""
+    import builtins
+
+    from rope_tutor import fast
+
+    x = gaussian(2, 8, 256, 64, seed=13, dtype=dtype)  # one thread: two blocks of 128 rows
+    positions = torch.arange(256)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert x.numel() == 2 * fast.BLOCK_ELEMENTS
+
+        def no_whole_path(*args, **kwargs):
+            raise AssertionError("the whole-tensor fallback ran instead of the block loop")
+
+        with monkeypatch.context() as patch:  # the loop, not the fallback, computes the result
+            patch.setattr(fast, "_rotate_whole", no_whole_path)
+            _chapter_check(x, positions, layout)
+
+        blocks_seen = []
+
+        def wrong_zip(*iterables, strict=False):  # pairs each x block with the other's tables
+            iterables = list(iterables)
+            blocks_seen.append(len(iterables[0]))
+            iterables[2] = iterables[2][::-1]
+            return builtins.zip(*iterables, strict=strict)
+
+        def skip_last_block(*iterables, strict=False):
+            return list(builtins.zip(*iterables, strict=strict))[:-1]
+
+        for wrong in (wrong_zip, skip_last_block):
+            with monkeypatch.context() as patch:  # fast.zip shadows the builtin in the loop
+                patch.setattr(fast, "zip", wrong, raising=False)
+                with pytest.raises(AssertionError):
+                    _chapter_check(x, positions, layout)
+        assert blocks_seen and set(blocks_seen) == {2}  # the loop ran, over both blocks
+        _chapter_check(x, positions, layout)  # restored: passes again
+    finally:
+        torch.set_num_threads(before)
