@@ -146,6 +146,7 @@ GLUED_COMPARISONS = {
         "bs_1e6_1": "1000000 - 10000 at 1x",
         "bs_500_1": "500 - 10000 at 1x",
         "bs_500_16": "500 - 10000 at 16x",
+        "bs_1e6_16": "1000000 - 10000 at 16x",
     }.items()
     for suffix, sample in (("", "book"), ("_ho", "heldout"))
 }
