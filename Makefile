@@ -133,11 +133,15 @@ quick: $(STAMP)
 lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=book $(ROOT_ARGS) $(LAB_ARGS)
 
+# CoalesceStreamsPreprocessor, run after the execution: ipykernel may flush a print's text and its
+# newline as two stream messages, which the book shows as a stray empty output block; it merges them
+# (nbval compares the merged streams anyway).
 execute: $(STAMP)
 	@test -n "$(NB)" || (echo "usage: make execute NB=book/<chapter>.ipynb" && exit 2)
 	env $(addprefix -u ,$(ISA_VARIABLES)) $(FIGURE_LANGUAGES) $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 		--ExecutePreprocessor.timeout=600 --ExecutePreprocessor.kernel_name=python3 \
-		--ExecutePreprocessor.record_timing=False "$(NB)"
+		--ExecutePreprocessor.record_timing=False \
+		--NotebookExporter.preprocessors=nbconvert.preprocessors.CoalesceStreamsPreprocessor "$(NB)"
 
 # The GPU route (issue 22). `make gpu-bundle`, here, with a network: the wheels a GPU machine without
 # one lacks for the checks (nbval, ipykernel and their dependencies; rotary-embedding-torch, einops
