@@ -134,6 +134,25 @@ def random_tokens(
     return torch.randint(VOCAB, (batch, length), generator=generator).to(device)
 
 
+def _train_steps(
+    model: PreviousTokenModel,
+    optimizer: torch.optim.Optimizer,
+    generator: torch.Generator,
+    steps: int,
+    length: int,
+) -> None:
+    """``steps`` optimiser steps on fresh batches of 64 ``length``-token sequences drawn from
+    ``generator``: the cross-entropy of the previous token at positions 1 .. length - 1."""
+    device = _device(model)
+    for _ in range(steps):
+        token_ids = random_tokens(generator, 64, device, length=length)
+        logits = model(token_ids)[:, 1:]  # the prediction at each position 1 .. length - 1
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB), token_ids[:, :-1].reshape(-1))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
 def train(
     use_positions: bool,
     optimizer_class: type[torch.optim.Optimizer] = torch.optim.Adam,
@@ -154,14 +173,7 @@ def train(
     optimizer = optimizer_class(model.parameters(), lr=LR, **options)
     if use_positions:  # kept to compare with after training
         model.initial_rows = model.positions.table.weight.detach().cpu().clone()
-    generator = torch.Generator().manual_seed(1)
-    for _ in range(STEPS):
-        token_ids = random_tokens(generator, 64, device)
-        logits = model(token_ids)[:, 1:]  # predictions at positions 1..15
-        loss = F.cross_entropy(logits.reshape(-1, VOCAB), token_ids[:, :-1].reshape(-1))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    _train_steps(model, optimizer, torch.Generator().manual_seed(1), STEPS, SEQ_LEN)
     return model
 
 
@@ -241,16 +253,9 @@ def fine_tune(model: PreviousTokenModel) -> PreviousTokenModel:
     loss, learning rate and batch size of ``train``. ``model`` is left as it is.
     """
     model = copy.deepcopy(model)
-    device = _device(model)
     optimizer = torch.optim.Adam(model.parameters(), lr=LR)
     generator = torch.Generator().manual_seed(5)  # training sequences, apart from the test ones
-    for _ in range(FINE_TUNE_STEPS):
-        token_ids = random_tokens(generator, 64, device, length=2 * SEQ_LEN)
-        logits = model(token_ids)[:, 1:]  # predictions at positions 1..31
-        loss = F.cross_entropy(logits.reshape(-1, VOCAB), token_ids[:, :-1].reshape(-1))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    _train_steps(model, optimizer, generator, FINE_TUNE_STEPS, 2 * SEQ_LEN)
     return model
 
 
