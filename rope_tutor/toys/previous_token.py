@@ -63,6 +63,7 @@ __all__ = [
     "seed_summary",
     "shrink_seam",
     "train",
+    "train_steps",
     "twin_keys",
     "two_back_accuracy",
     "weak_positions",
@@ -134,7 +135,7 @@ def random_tokens(
     return torch.randint(VOCAB, (batch, length), generator=generator).to(device)
 
 
-def _train_steps(
+def train_steps(
     model: PreviousTokenModel,
     optimizer: torch.optim.Optimizer,
     generator: torch.Generator,
@@ -173,7 +174,7 @@ def train(
     optimizer = optimizer_class(model.parameters(), lr=LR, **options)
     if use_positions:  # kept to compare with after training
         model.initial_rows = model.positions.table.weight.detach().cpu().clone()
-    _train_steps(model, optimizer, torch.Generator().manual_seed(1), STEPS, SEQ_LEN)
+    train_steps(model, optimizer, torch.Generator().manual_seed(1), STEPS, SEQ_LEN)
     return model
 
 
@@ -255,7 +256,7 @@ def fine_tune(model: PreviousTokenModel) -> PreviousTokenModel:
     model = copy.deepcopy(model)
     optimizer = torch.optim.Adam(model.parameters(), lr=LR)
     generator = torch.Generator().manual_seed(5)  # training sequences, apart from the test ones
-    _train_steps(model, optimizer, generator, FINE_TUNE_STEPS, 2 * SEQ_LEN)
+    train_steps(model, optimizer, generator, FINE_TUNE_STEPS, 2 * SEQ_LEN)
     return model
 
 
