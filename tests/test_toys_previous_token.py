@@ -359,8 +359,15 @@ def test_fine_tuned_measures_reads_each_model() -> None:
     measures = toy.fine_tuned_measures(control, other, copied, interpolated)
     assert torch.equal(measures["control_before"], toy.long_accuracy(control))
     assert torch.equal(measures["random"], toy.long_accuracy(other))
-    assert measures["late_on_trained"].shape == (16,)
-    assert ((measures["late_on_trained"] >= 0) & (measures["late_on_trained"] <= 1 + 1e-6)).all()
+    # late_on_trained, by hand: the control's softmax weights of queries 16..31 on keys 0..15,
+    # averaged over the 512 test sequences, summed over the keys
+    ids = toy.long_ids("cpu")
+    x = (control.tokens.weight[ids] + control.positions.table.weight[:32]).detach().double()
+    w = control.attention.qkv.weight.detach().double()  # W_q, W_k, W_v stacked
+    q, k = x @ w[: toy.DIM].T, x @ w[toy.DIM : 2 * toy.DIM].T
+    weights = torch.softmax(q @ k.transpose(1, 2) / toy.DIM**0.5, dim=-1).mean(0)  # (32, 32)
+    expected = weights[16:, :16].sum(-1)
+    torch.testing.assert_close(measures["late_on_trained"].double(), expected, rtol=0, atol=1e-5)
     on_previous, on_twin = toy.on_previous_and_twin(toy.copy_rows(other))
     assert torch.equal(measures["copied_on_previous"], on_previous)
     assert torch.equal(measures["copied_on_twin"], on_twin)
