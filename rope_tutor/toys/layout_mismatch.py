@@ -3,8 +3,8 @@
 Chapter "RoPE in practice" (section "The forgotten permutation, measured", exercise
 ex-forgotten-permutation, equations rope-half and rope-permutation) and its companion page
 "RoPE in practice: two choices RoPE leaves open" (section "Why a forgotten permutation's error
-keeps growing") share this toy; Su et al., "RoFormer: Enhanced Transformer with Rotary Position
-Embedding" (2021) for RoPE and its interleaved layout.
+grows past the score size") share this toy; Su et al., "RoFormer: Enhanced Transformer with Rotary
+Position Embedding" (2021) for RoPE and its interleaved layout.
 
 The toy: two attention heads of size ``HEAD_DIM = 16`` on hidden vectors of size ``HIDDEN = 32``,
 random float64 weights ``w_q``, ``w_k`` of shape ``(NUM_HEADS * HEAD_DIM, HIDDEN)`` and random
