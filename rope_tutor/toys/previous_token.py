@@ -637,11 +637,11 @@ def fine_tune_table(arms: dict[str, tuple[float, torch.Tensor]]) -> str:
     its name, its mean accuracy ``before`` and after, the seam query's (position 16) and the weakest
     other query's accuracy after. ``arms``: name -> (before, per-query accuracy ``(31,)`` after)."""
     lines = [f"after {FINE_TUNE_STEPS} steps on 32 tokens, accuracy on 32 tokens:",
-             "                        before  after   query at 16  weakest other query"]
+             " " * 24 + "before  after   query at 16 (seam)  weakest query other than 16"]
     for name, (before, after) in arms.items():
         seam, weakest = seam_and_rest(after)
         lines.append(f"  {name:<21} {before:.2f}    {after.mean():.2f}    {seam:.2f}"
-                     f"         {weakest:.2f}")
+                     f"                {weakest:.2f}")
     return "\n".join(lines)
 
 
