@@ -1,9 +1,9 @@
 """Part II: rotary position embedding (RoPE), written to be read.
 
 Chapters "Deriving rotary position embedding" (equations rope-theta, rope-complex, rope-matrix,
-rope-elementwise) and "RoPE in practice" (the two layouts, the permutation between them, partial
-rotary, the cached ``RotaryEmbedding``). Su et al., "RoFormer: Enhanced Transformer with Rotary
-Position Embedding" (2021).
+rope-elementwise), "RoPE in practice" (the two layouts, the permutation between them) and "RoPE's
+distance, base and precision: closer looks" (partial rotary, the cached ``RotaryEmbedding``).
+Su et al., "RoFormer: Enhanced Transformer with Rotary Position Embedding" (2021).
 
 Two layouts pair the features of a head of size ``d`` differently; both rotate pair ``i`` by the
 angle ``m * theta_i`` at position ``m``:
@@ -248,12 +248,13 @@ def apply_rope(
     Returns the same shape and dtype as ``x``.
 
     ``layout`` is ``"half"`` (pairs ``(x[i], x[i + d/2])``, Hugging Face) or ``"interleaved"``
-    (pairs ``(x[2i], x[2i+1])``, RoFormer/Meta). ``rotary_dim`` (partial rotary, chapter "RoPE in
-    practice") rotates only the first ``rotary_dim`` features and computes theta from
-    ``rotary_dim``; the rest pass through. Hugging Face's ``partial_rotary_factor`` f corresponds
-    to ``rotary_dim = int(head_dim * f)``. ``scaling`` is a context-extension setting in Hugging
-    Face's ``rope_scaling`` form (Part IV, ``rope_parameters``); cos and sin are multiplied by its
-    attention factor. ``None`` is plain RoPE.
+    (pairs ``(x[2i], x[2i+1])``, RoFormer/Meta). ``rotary_dim`` (partial rotary, chapter "RoPE's
+    distance, base and precision: closer looks") rotates only the first ``rotary_dim`` features
+    and computes theta from ``rotary_dim``; the rest pass through. Hugging Face's
+    ``partial_rotary_factor`` f corresponds to ``rotary_dim = int(head_dim * f)``. ``scaling`` is a
+    context-extension setting in Hugging Face's ``rope_scaling`` form (Part IV,
+    ``rope_parameters``); cos and sin are multiplied by its attention factor. ``None`` is plain
+    RoPE.
 
     Angles are formed in float32 (float64 for float64 ``x``); the result is cast back. This is
     the reference form, written to be read; ``apply_rope_fast`` (Part VI) computes the same
@@ -393,11 +394,11 @@ def half_to_interleaved_permutation(head_dim: int, num_heads: int = 1) -> torch.
 class RotaryEmbedding(nn.Module):
     """RoPE for queries and keys, with a cos/sin cache: ``forward(q, k, positions)``.
 
-    Equation (rope-elementwise) in "Deriving rotary position embedding"; chapter "RoPE in
-    practice"; Su et al., RoFormer (2021). ``dim`` is the head dim; ``rotary_dim`` (default
-    ``dim``) the number of leading features rotated (partial rotary, theta computed from
-    ``rotary_dim``); ``layout`` ``"half"`` or ``"interleaved"``; ``scaling`` a Part IV
-    context-extension setting (``rope_parameters``), ``None`` for plain RoPE.
+    Equation (rope-elementwise) in "Deriving rotary position embedding"; chapter "RoPE's distance,
+    base and precision: closer looks"; Su et al., RoFormer (2021). ``dim`` is the head dim;
+    ``rotary_dim`` (default ``dim``) the number of leading features rotated (partial rotary, theta
+    computed from ``rotary_dim``); ``layout`` ``"half"`` or ``"interleaved"``; ``scaling`` a Part
+    IV context-extension setting (``rope_parameters``), ``None`` for plain RoPE.
 
     ``forward`` takes ``q`` and ``k`` of shape ``(..., seq, dim)`` (for example ``(batch, heads,
     seq, head_dim)``, the ``rotary`` contract of ``SelfAttention``) and ``positions`` ``(seq,)``,
